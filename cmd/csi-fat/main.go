@@ -1,0 +1,52 @@
+// Command csi-fat is the one binary of csi-fat: the CSI driver and the tools that work on FAT
+// volumes (mkfs, fsck, mount), as subcommands.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+)
+
+// command is one subcommand. run gets the arguments after the subcommand's name and returns the
+// process exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string) int
+}
+
+var commands = map[string]*command{}
+
+// register adds a subcommand; each subcommand's file calls it from init.
+func register(c *command) { commands[c.name] = c }
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: csi-fat COMMAND [ARGS]\n\ncommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'csi-fat COMMAND --help' for a command's options.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	c, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "csi-fat: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	os.Exit(c.run(os.Args[2:]))
+}
