@@ -1,0 +1,185 @@
+package fatvol
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// MaxFileSize is FAT's limit: sizes are 32-bit.
+const MaxFileSize = 1<<32 - 1
+
+// zeroes is a shared buffer of zero bytes for filling gaps.
+var zeroes = make([]byte, 1<<20)
+
+// clustersFor is how many clusters hold size bytes.
+func (v *Volume) clustersFor(size int64) uint32 {
+	cs := int64(v.geo.ClusterSize)
+	return uint32((size + cs - 1) / cs)
+}
+
+// readAt reads file data. A chain shorter than the size is corruption, reported as EIO the way
+// Linux does, after the bytes the chain does hold.
+func (n *node) readAt(p []byte, off int64) (int, error) {
+	size := int64(n.ent.Size)
+	if off >= size {
+		return 0, nil
+	}
+	want := min(int64(len(p)), size-off)
+	if _, err := n.extents(); err != nil {
+		return 0, err
+	}
+	chainBytes := int64(n.clusterCount()) * int64(n.vol.geo.ClusterSize)
+	avail := min(want, max(chainBytes-off, 0))
+	done := 0
+	for _, r := range n.devRanges(off, avail) {
+		if _, err := n.vol.dev.ReadAt(p[done:done+int(r.length)], r.off); err != nil {
+			return done, fmt.Errorf("%s: read: %w", n.path(), err)
+		}
+		done += int(r.length)
+	}
+	if int64(done) < want {
+		return done, fmt.Errorf("%s: %w: cluster chain ends before the file size", n.path(), errCorrupt)
+	}
+	return done, nil
+}
+
+// writeAt writes file data, allocating clusters as needed and zero-filling any gap between the
+// old end of the file and off, so a sparse write never exposes stale disk contents.
+func (n *node) writeAt(p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := off + int64(len(p))
+	if off < 0 || end > MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if err := n.ensureClusters(end); err != nil {
+		return 0, err
+	}
+	size := int64(n.ent.Size)
+	if off > size {
+		if err := n.zeroRange(size, off); err != nil {
+			return 0, err
+		}
+	}
+	done := 0
+	for _, r := range n.devRanges(off, int64(len(p))) {
+		if _, err := n.vol.dev.WriteAt(p[done:done+int(r.length)], r.off); err != nil {
+			return done, fmt.Errorf("%s: write: %w", n.path(), err)
+		}
+		done += int(r.length)
+	}
+	if end > size {
+		n.ent.Size = uint32(end)
+	}
+	n.touch(true)
+	return done, nil
+}
+
+// ensureClusters grows the chain to hold size bytes.
+func (n *node) ensureClusters(size int64) error {
+	if _, err := n.extents(); err != nil {
+		return err
+	}
+	need := n.vol.clustersFor(size)
+	if have := n.clusterCount(); need > have {
+		if _, err := n.grow(need - have); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// zeroRange writes zeros over [from, to) of the file's clusters.
+func (n *node) zeroRange(from, to int64) error {
+	for _, r := range n.devRanges(from, to-from) {
+		for done := int64(0); done < r.length; {
+			k := min(r.length-done, int64(len(zeroes)))
+			if _, err := n.vol.dev.WriteAt(zeroes[:k], r.off+done); err != nil {
+				return fmt.Errorf("%s: zero fill: %w", n.path(), err)
+			}
+			done += k
+		}
+	}
+	return nil
+}
+
+// truncate sets the size. Growing zero-fills; shrinking frees the clusters past the new end, and
+// so does truncating to the same size (as Linux, it drops clusters fallocate kept past the end).
+func (n *node) truncate(size int64) error {
+	if size < 0 || size > MaxFileSize {
+		return syscall.EFBIG
+	}
+	old := int64(n.ent.Size)
+	if size > old {
+		if err := n.ensureClusters(size); err != nil {
+			return err
+		}
+		if err := n.zeroRange(old, size); err != nil {
+			return err
+		}
+	}
+	if _, err := n.extents(); err != nil {
+		return err
+	}
+	if keep := n.vol.clustersFor(size); n.clusterCount() > keep {
+		if err := n.shrink(keep); err != nil {
+			return err
+		}
+	}
+	n.ent.Size = uint32(size)
+	n.touch(true)
+	return nil
+}
+
+// fallocate allocates clusters for [off, off+length), preferring one contiguous run. Without
+// keepSize a range past the end grows the file, zero-filled.
+func (n *node) fallocate(off, length int64, keepSize bool) error {
+	end := off + length
+	if off < 0 || length <= 0 {
+		return syscall.EINVAL
+	}
+	if end > MaxFileSize {
+		return syscall.EFBIG
+	}
+	if err := n.ensureClusters(end); err != nil {
+		return err
+	}
+	if !keepSize && end > int64(n.ent.Size) {
+		if err := n.zeroRange(int64(n.ent.Size), end); err != nil {
+			return err
+		}
+		n.ent.Size = uint32(end)
+		n.touch(true)
+		return nil
+	}
+	n.storeEntry()
+	return nil
+}
+
+// touch records a change: the modification time, and for content changes the archive bit.
+func (n *node) touch(content bool) {
+	now := time.Now()
+	n.ent.ModDate, n.ent.ModTime, _ = ondisk.EncodeTime(now, n.vol.loc)
+	n.ent.AccessDate = n.ent.ModDate
+	if content && !n.isDir() {
+		n.ent.Attr |= ondisk.AttrArchive
+	}
+	n.storeEntry()
+}
+
+// freeClusters releases the chain of a node whose entry is gone.
+func (n *node) freeClusters() error {
+	if _, err := n.extents(); err != nil {
+		return err
+	}
+	n.vol.fat.freeChain(n.ext)
+	n.ext = nil
+	if n.dir != nil {
+		delete(n.vol.dirtyDirs, n.dir)
+	}
+	return nil
+}

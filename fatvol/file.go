@@ -1,0 +1,243 @@
+package fatvol
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// File is an open file or directory. It is an fs.File (and fs.ReadDirFile for directories), an
+// io.ReaderAt, io.WriterAt and io.Seeker. Its methods are safe for concurrent use.
+type File struct {
+	v      *Volume
+	n      *node
+	name   string
+	flag   int
+	offset int64
+	closed bool
+	// dirNext is the ReadDir position: the content offset to continue from.
+	dirNext int
+}
+
+var errFileClosed = fs.ErrClosed
+
+func (f *File) check(op string, write bool) error {
+	if f.closed {
+		return pathErr(op, f.name, errFileClosed)
+	}
+	if err := f.v.usable(); err != nil {
+		return pathErr(op, f.name, err)
+	}
+	if write && f.flag&(os.O_WRONLY|os.O_RDWR) == 0 {
+		return pathErr(op, f.name, syscall.EBADF)
+	}
+	if !write && f.flag&os.O_WRONLY != 0 {
+		return pathErr(op, f.name, syscall.EBADF)
+	}
+	return nil
+}
+
+// Name is the path the file was opened with.
+func (f *File) Name() string { return f.name }
+
+// Stat describes the file.
+func (f *File) Stat() (fs.FileInfo, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.closed {
+		return nil, pathErr("stat", f.name, errFileClosed)
+	}
+	return f.n.info(f.name), nil
+}
+
+// ReadAt reads at off without moving the file offset.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("read", false); err != nil {
+		return 0, err
+	}
+	return f.readAt(p, off)
+}
+
+func (f *File) readAt(p []byte, off int64) (int, error) {
+	if f.n.isDir() {
+		return 0, pathErr("read", f.name, syscall.EISDIR)
+	}
+	if off < 0 {
+		return 0, pathErr("read", f.name, syscall.EINVAL)
+	}
+	n, err := f.n.readAt(p, off)
+	if err != nil {
+		return n, pathErr("read", f.name, err)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Read reads from the file offset.
+func (f *File) Read(p []byte) (int, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("read", false); err != nil {
+		return 0, err
+	}
+	n, err := f.readAt(p, f.offset)
+	f.offset += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// WriteAt writes at off without moving the file offset.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("write", true); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, pathErr("write", f.name, syscall.EINVAL)
+	}
+	return f.writeAt(p, off)
+}
+
+func (f *File) writeAt(p []byte, off int64) (int, error) {
+	if f.flag&os.O_APPEND != 0 {
+		off = int64(f.n.ent.Size)
+	}
+	n, err := f.n.writeAt(p, off)
+	err = f.v.finish(err)
+	if err != nil {
+		return n, pathErr("write", f.name, err)
+	}
+	return n, nil
+}
+
+// Write writes at the file offset (at the end with O_APPEND).
+func (f *File) Write(p []byte) (int, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("write", true); err != nil {
+		return 0, err
+	}
+	if f.flag&os.O_APPEND != 0 {
+		f.offset = int64(f.n.ent.Size)
+	}
+	n, err := f.writeAt(p, f.offset)
+	f.offset += int64(n)
+	return n, err
+}
+
+// Seek sets the file offset, as io.Seeker.
+func (f *File) Seek(offset int64, whence int) (int64, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.closed {
+		return 0, pathErr("seek", f.name, errFileClosed)
+	}
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += f.offset
+	case io.SeekEnd:
+		offset += int64(f.n.ent.Size)
+	default:
+		return 0, pathErr("seek", f.name, syscall.EINVAL)
+	}
+	if offset < 0 {
+		return 0, pathErr("seek", f.name, syscall.EINVAL)
+	}
+	f.offset = offset
+	if f.n.isDir() && offset == 0 {
+		f.dirNext = 0
+	}
+	return offset, nil
+}
+
+// Truncate sets the file's size.
+func (f *File) Truncate(size int64) error {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("truncate", true); err != nil {
+		return err
+	}
+	return pathErr2("truncate", f.name, f.v.finish(f.n.truncate(size)))
+}
+
+// Fallocate allocates clusters for [off, off+length), in one contiguous run when there is one.
+// With keepSize the file's size does not change, as FALLOC_FL_KEEP_SIZE.
+func (f *File) Fallocate(off, length int64, keepSize bool) error {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("fallocate", true); err != nil {
+		return err
+	}
+	return pathErr2("fallocate", f.name, f.v.finish(f.n.fallocate(off, length, keepSize)))
+}
+
+// Sync makes the file's data and metadata durable.
+func (f *File) Sync() error {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("sync", false); err != nil && !errors.Is(err, syscall.EBADF) {
+		return err
+	}
+	return pathErr2("sync", f.name, f.v.syncLocked())
+}
+
+// Close releases the handle. The last close of a removed file frees its clusters.
+func (f *File) Close() error {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.closed {
+		return pathErr("close", f.name, errFileClosed)
+	}
+	f.closed = true
+	n := f.n
+	n.refs--
+	if n.refs > 0 || f.v.closed {
+		return nil
+	}
+	if n.unlinked {
+		return pathErr2("close", f.name, f.v.finish(n.freeClusters()))
+	}
+	if !n.isRoot() {
+		n.parent.dir.forget(n)
+	}
+	return nil
+}
+
+// ReadDir reads the directory's entries in directory order, as fs.ReadDirFile: with count > 0 at
+// most count entries and io.EOF at the end, with count <= 0 all that are left.
+func (f *File) ReadDir(count int) ([]fs.DirEntry, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if err := f.check("readdir", false); err != nil {
+		return nil, err
+	}
+	if !f.n.isDir() {
+		return nil, pathErr("readdir", f.name, syscall.ENOTDIR)
+	}
+	d, err := f.n.loadDir()
+	if err != nil {
+		return nil, pathErr("readdir", f.name, err)
+	}
+	var out []fs.DirEntry
+	for off := range d.offsetsFrom(f.dirNext) {
+		if count > 0 && len(out) == count {
+			break
+		}
+		out = append(out, dirEntry{d.entryInfo(off)})
+		f.dirNext = off + 1
+	}
+	if count > 0 && len(out) == 0 {
+		return nil, io.EOF
+	}
+	return out, nil
+}

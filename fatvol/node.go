@@ -1,0 +1,199 @@
+package fatvol
+
+import (
+	"fmt"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// node is a file or directory the engine has in memory: its short directory entry, its cluster
+// chain as extents, and for directories their content. A node stays loaded while it is open, and
+// directories stay loaded once read, so that every path to the same entry meets the same node.
+type node struct {
+	vol      *Volume
+	parent   *node // nil for the root
+	off      int   // offset of the short entry in the parent's content; -1 for the root
+	lfnOff   int   // offset of its first long-name entry (== off when it has none)
+	ent      ondisk.DirEntry
+	name     string
+	ext      []extent // cluster chain; valid when chainOK
+	chainOK  bool
+	refs     int  // open handles
+	unlinked bool // its entry is gone; clusters are freed at the last close
+	dir      *dirContent
+}
+
+func (v *Volume) newRootNode() *node {
+	n := &node{vol: v, off: -1, lfnOff: -1, name: "/"}
+	n.ent.Attr = ondisk.AttrDirectory
+	if v.geo.Type == ondisk.FAT32 {
+		n.ent.SetCluster(v.geo.RootCluster)
+	}
+	return n
+}
+
+func (n *node) isRoot() bool { return n.parent == nil }
+func (n *node) isDir() bool  { return n.ent.IsDir() }
+
+// firstCluster is the entry's first cluster (0 for an empty file; the root cluster on FAT32, and
+// 0 for the fixed root of FAT12/16).
+func (n *node) firstCluster() uint32 { return n.ent.Cluster(n.vol.geo.Type) }
+
+// pos is where the node's entry lives on the device, the kernel's i_pos: stable for the life of
+// the entry, so it can name the node across restarts. The root's is 0.
+func (n *node) pos() int64 {
+	if n.isRoot() {
+		return 0
+	}
+	return n.parent.dir.devOffset(n.off)
+}
+
+// extents returns the node's cluster chain, reading it the first time.
+func (n *node) extents() ([]extent, error) {
+	if n.chainOK {
+		return n.ext, nil
+	}
+	first := n.firstCluster()
+	if n.isRoot() && n.vol.geo.Type != ondisk.FAT32 {
+		n.chainOK = true
+		return nil, nil
+	}
+	ext, err := n.vol.fat.chain(first, n.vol.geo.Clusters)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.path(), err)
+	}
+	n.ext, n.chainOK = ext, true
+	return ext, nil
+}
+
+// clusterCount is the length of the node's chain.
+func (n *node) clusterCount() uint32 {
+	var c uint32
+	for _, e := range n.ext {
+		c += e.count
+	}
+	return c
+}
+
+// lastCluster is the last cluster of the chain, 0 when empty.
+func (n *node) lastCluster() uint32 {
+	if len(n.ext) == 0 {
+		return 0
+	}
+	e := n.ext[len(n.ext)-1]
+	return e.start + e.count - 1
+}
+
+// path is the node's path for messages.
+func (n *node) path() string {
+	if n.isRoot() {
+		return "/"
+	}
+	if n.parent.isRoot() {
+		return "/" + n.name
+	}
+	return n.parent.path() + "/" + n.name
+}
+
+// storeEntry puts the in-memory entry back into the parent's content, to reach the disk at the
+// next writeback.
+func (n *node) storeEntry() {
+	if n.isRoot() || n.unlinked {
+		return
+	}
+	n.parent.dir.putEntry(n.off, &n.ent)
+}
+
+// grow appends count clusters to the chain, continuing after its last cluster when possible, and
+// links them to it.
+func (n *node) grow(count uint32) ([]extent, error) {
+	if _, err := n.extents(); err != nil {
+		return nil, err
+	}
+	last := n.lastCluster()
+	goal := uint32(0)
+	if last != 0 {
+		goal = last + 1
+	}
+	got, err := n.vol.fat.allocate(count, goal)
+	if err != nil {
+		return nil, err
+	}
+	if last != 0 {
+		n.vol.fat.set(last, got[0].start)
+	} else {
+		n.ent.SetCluster(got[0].start)
+	}
+	for _, e := range got {
+		if k := len(n.ext); k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {
+			n.ext[k-1].count += e.count
+		} else {
+			n.ext = append(n.ext, e)
+		}
+	}
+	return got, nil
+}
+
+// shrink keeps the first keep clusters of the chain and frees the rest.
+func (n *node) shrink(keep uint32) error {
+	if _, err := n.extents(); err != nil {
+		return err
+	}
+	var kept []extent
+	var freed []extent
+	left := keep
+	for _, e := range n.ext {
+		switch {
+		case left >= e.count:
+			kept = append(kept, e)
+			left -= e.count
+		case left > 0:
+			kept = append(kept, extent{e.start, left})
+			freed = append(freed, extent{e.start + left, e.count - left})
+			left = 0
+		default:
+			freed = append(freed, e)
+		}
+	}
+	n.vol.fat.freeChain(freed)
+	n.ext = kept
+	if len(kept) == 0 {
+		n.ent.SetCluster(0)
+	} else {
+		n.vol.fat.set(n.lastCluster(), entEOC)
+	}
+	return nil
+}
+
+// devRanges maps the byte range [off, off+length) of the node's clusters to device ranges,
+// merging clusters that are adjacent on the device. The range must lie within the chain.
+func (n *node) devRanges(off, length int64) []devRange {
+	cs := int64(n.vol.geo.ClusterSize)
+	var out []devRange
+	var base int64 // file offset where extent e starts
+	for _, e := range n.ext {
+		size := int64(e.count) * cs
+		if off < base+size && length > 0 {
+			start := max(off, base)
+			end := min(off+length, base+size)
+			dev := n.vol.geo.ClusterOffset(e.start) + (start - base)
+			if k := len(out); k > 0 && out[k-1].off+out[k-1].length == dev {
+				out[k-1].length += end - start
+			} else {
+				out = append(out, devRange{off: dev, length: end - start})
+			}
+		}
+		base += size
+		if base >= off+length {
+			break
+		}
+	}
+	return out
+}
+
+// devRange is a contiguous byte range on the device; buf, when set, is what to write there.
+type devRange struct {
+	off    int64
+	length int64
+	buf    []byte
+}

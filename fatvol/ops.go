@@ -1,0 +1,426 @@
+package fatvol
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// Paths follow io/fs: slash-separated, relative to the root, "." for the root itself.
+
+// resolve walks to the node at name.
+func (v *Volume) resolve(name string) (*node, error) {
+	if !fs.ValidPath(name) {
+		return nil, syscall.EINVAL
+	}
+	n := v.root
+	if name == "." {
+		return n, nil
+	}
+	for _, part := range strings.Split(name, "/") {
+		d, err := n.loadDir()
+		if err != nil {
+			return nil, err
+		}
+		off, ok := d.lookup(part)
+		if !ok {
+			return nil, syscall.ENOENT
+		}
+		n = d.child(off)
+	}
+	return n, nil
+}
+
+// resolveParent walks to the directory that holds name, returning it and name's last element.
+func (v *Volume) resolveParent(name string) (*dirContent, string, error) {
+	if !fs.ValidPath(name) || name == "." {
+		return nil, "", syscall.EINVAL
+	}
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	p, err := v.resolve(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	d, err := p.loadDir()
+	if err != nil {
+		return nil, "", err
+	}
+	return d, base, nil
+}
+
+// finish ends a mutating operation: in this engine metadata is written through at the end of
+// every operation, in the order writeback documents.
+func (v *Volume) finish(err error) error {
+	if werr := v.writeback(); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// newEntry returns a short entry stamped with the current time as created, modified and accessed.
+func (v *Volume) newEntry(attr uint8) ondisk.DirEntry {
+	var e ondisk.DirEntry
+	e.Attr = attr
+	e.CreateDate, e.CreateTime, e.CreateTenth = ondisk.EncodeTime(time.Now(), v.loc)
+	e.ModDate, e.ModTime, e.AccessDate = e.CreateDate, e.CreateTime, e.CreateDate
+	return e
+}
+
+// OpenFile opens a file with os.O_* flags, creating it with O_CREATE. perm matters only for a new
+// file: without any write bit it gets the read-only attribute, as on Linux vfat.
+func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	f, err := v.openFile(name, flag, perm)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	return f, nil
+}
+
+const writeFlags = os.O_WRONLY | os.O_RDWR | os.O_CREATE | os.O_TRUNC | os.O_APPEND
+
+func (v *Volume) openFile(name string, flag int, perm fs.FileMode) (*File, error) {
+	if err := v.usable(); err != nil {
+		return nil, err
+	}
+	if flag&writeFlags != 0 {
+		if err := v.writable(); err != nil {
+			return nil, err
+		}
+	}
+	var n *node
+	if name == "." {
+		n = v.root
+	} else {
+		d, base, err := v.resolveParent(name)
+		if err != nil {
+			return nil, err
+		}
+		if off, ok := d.lookup(base); ok {
+			if flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
+				return nil, syscall.EEXIST
+			}
+			n = d.child(off)
+		} else {
+			if flag&os.O_CREATE == 0 {
+				return nil, syscall.ENOENT
+			}
+			attr := uint8(ondisk.AttrArchive)
+			if perm&0o222 == 0 {
+				attr |= ondisk.AttrReadOnly
+			}
+			off, err := d.insert(base, v.newEntry(attr))
+			if err != nil {
+				return nil, v.finish(err)
+			}
+			d.n.touch(false)
+			n = d.child(off)
+		}
+	}
+	if n.isDir() && flag&(os.O_WRONLY|os.O_RDWR|os.O_TRUNC) != 0 {
+		return nil, syscall.EISDIR
+	}
+	if flag&os.O_TRUNC != 0 && flag&(os.O_WRONLY|os.O_RDWR) != 0 && n.ent.Size != 0 {
+		if err := n.truncate(0); err != nil {
+			return nil, v.finish(err)
+		}
+	}
+	if flag&writeFlags != 0 {
+		if err := v.finish(nil); err != nil {
+			return nil, err
+		}
+	}
+	n.refs++
+	return &File{v: v, n: n, name: name, flag: flag}, nil
+}
+
+// Create creates or truncates a file for reading and writing, like os.Create.
+func (v *Volume) Create(name string) (*File, error) {
+	return v.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+}
+
+// Mkdir makes a directory with its '.' and '..' entries in one zeroed cluster.
+func (v *Volume) Mkdir(name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.writable(); err != nil {
+		return pathErr("mkdir", name, err)
+	}
+	return pathErr2("mkdir", name, v.finish(v.mkdir(name)))
+}
+
+func (v *Volume) mkdir(name string) error {
+	d, base, err := v.resolveParent(name)
+	if err != nil {
+		return err
+	}
+	if _, ok := d.lookup(base); ok {
+		return syscall.EEXIST
+	}
+	got, err := v.fat.allocate(1, 0)
+	if err != nil {
+		return err
+	}
+	e := v.newEntry(ondisk.AttrDirectory)
+	e.SetCluster(got[0].start)
+	off, err := d.insert(base, e)
+	if err != nil {
+		v.fat.freeChain(got)
+		return err
+	}
+	d.n.touch(false)
+	c := d.child(off)
+	c.ext, c.chainOK = got, true
+	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
+	dot, dotdot := e, e
+	dot.Name, dotdot.Name = ondisk.Dot, ondisk.DotDot
+	dot.Attr, dotdot.Attr = ondisk.AttrDirectory, ondisk.AttrDirectory
+	dotdot.SetCluster(0)
+	if !d.n.isRoot() {
+		dotdot.SetCluster(d.n.firstCluster())
+	}
+	dot.Encode(cd.buf[0:])
+	dotdot.Encode(cd.buf[ondisk.DirEntrySize:])
+	cd.index()
+	c.dir = cd
+	cd.markDirty(0, len(cd.buf))
+	return nil
+}
+
+// Remove removes a file or an empty directory. A file that is still open keeps its clusters until
+// its last handle closes.
+func (v *Volume) Remove(name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.writable(); err != nil {
+		return pathErr("remove", name, err)
+	}
+	return pathErr2("remove", name, v.finish(v.remove(name)))
+}
+
+func (v *Volume) remove(name string) error {
+	d, base, err := v.resolveParent(name)
+	if err != nil {
+		return err
+	}
+	off, ok := d.lookup(base)
+	if !ok {
+		return syscall.ENOENT
+	}
+	c := d.child(off)
+	if c.isDir() {
+		cd, err := c.loadDir()
+		if err != nil {
+			return err
+		}
+		if !cd.isEmpty() {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if _, err := c.extents(); err != nil {
+		return err
+	}
+	d.remove(off)
+	d.n.touch(false)
+	c.unlinked = true
+	if c.refs == 0 {
+		return c.freeClusters()
+	}
+	return nil
+}
+
+// Rename moves oldname to newname, replacing newname if it exists (a directory only by an empty
+// directory), as rename(2). The target's entry is rewritten in place, so newname never stops
+// existing. A directory cannot move into its own subtree.
+func (v *Volume) Rename(oldname, newname string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.writable(); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	if err := v.finish(v.rename(oldname, newname)); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
+func (v *Volume) rename(oldname, newname string) error {
+	od, ob, err := v.resolveParent(oldname)
+	if err != nil {
+		return err
+	}
+	ooff, ok := od.lookup(ob)
+	if !ok {
+		return syscall.ENOENT
+	}
+	src := od.child(ooff)
+	nd, nb, err := v.resolveParent(newname)
+	if err != nil {
+		return err
+	}
+	clean, err := ondisk.CleanName(nb)
+	if err != nil {
+		return nameErr(err)
+	}
+	if src.isDir() {
+		for a := nd.n; a != nil; a = a.parent {
+			if a == src {
+				return syscall.EINVAL
+			}
+		}
+	}
+	toff, exists := nd.lookup(clean)
+	if exists && nd == od && toff == ooff {
+		// The same entry: a no-op, or a change of case that needs a new name.
+		if od.slots[ooff].name == clean {
+			return nil
+		}
+		exists = false
+	}
+	if exists {
+		tgt := nd.child(toff)
+		if tgt.isDir() {
+			if !src.isDir() {
+				return syscall.EISDIR
+			}
+			td, err := tgt.loadDir()
+			if err != nil {
+				return err
+			}
+			if !td.isEmpty() {
+				return syscall.ENOTEMPTY
+			}
+		} else if src.isDir() {
+			return syscall.ENOTDIR
+		}
+		if _, err := tgt.extents(); err != nil {
+			return err
+		}
+		e := src.ent
+		old := nd.entry(toff)
+		e.Name, e.NTCase = old.Name, old.NTCase
+		nd.putEntry(toff, &e)
+		delete(nd.children, toff)
+		tgt.unlinked = true
+		if tgt.refs == 0 {
+			if err := tgt.freeClusters(); err != nil {
+				return err
+			}
+		}
+		od.remove(ooff)
+		src.moveTo(nd, toff)
+	} else {
+		off, err := nd.insert(clean, src.ent)
+		if err != nil {
+			return err
+		}
+		// insert may have grown nd; od's offsets are unaffected even when nd == od.
+		od.remove(ooff)
+		src.moveTo(nd, off)
+	}
+	if src.isDir() && od != nd {
+		sd, err := src.loadDir()
+		if err != nil {
+			return err
+		}
+		if sd.dotOff >= 0 {
+			e := sd.entry(sd.dotOff)
+			e.SetCluster(0)
+			if !nd.n.isRoot() {
+				e.SetCluster(nd.n.firstCluster())
+			}
+			sd.putEntry(sd.dotOff, &e)
+		}
+	}
+	od.n.touch(false)
+	if nd != od {
+		nd.n.touch(false)
+	}
+	return nil
+}
+
+// moveTo re-homes a node after its entry moved to offset off of d.
+func (n *node) moveTo(d *dirContent, off int) {
+	s := d.slots[off]
+	e := d.entry(off)
+	n.parent, n.off, n.lfnOff, n.name = d.n, off, s.lfnOff, s.name
+	n.ent.Name, n.ent.NTCase = e.Name, e.NTCase
+	d.children[off] = n
+	n.storeEntry()
+}
+
+// Chtimes sets the access and modification times (FAT keeps a date for access and 2-second
+// resolution for modification).
+func (v *Volume) Chtimes(name string, atime, mtime time.Time) error {
+	return v.changeEntry("chtimes", name, func(n *node) error {
+		if !mtime.IsZero() {
+			n.ent.ModDate, n.ent.ModTime, _ = ondisk.EncodeTime(mtime, v.loc)
+		}
+		if !atime.IsZero() {
+			n.ent.AccessDate, _, _ = ondisk.EncodeTime(atime, v.loc)
+		}
+		return nil
+	})
+}
+
+// Attribute bits that SetAttributes may change.
+const settableAttrs = ondisk.AttrReadOnly | ondisk.AttrHidden | ondisk.AttrSystem | ondisk.AttrArchive
+
+// SetAttributes sets the read-only, hidden, system and archive bits of an entry.
+func (v *Volume) SetAttributes(name string, attr uint8) error {
+	return v.changeEntry("chattr", name, func(n *node) error {
+		if attr&^settableAttrs != 0 {
+			return syscall.EINVAL
+		}
+		n.ent.Attr = n.ent.Attr&^settableAttrs | attr
+		return nil
+	})
+}
+
+// Truncate sets the size of the named file.
+func (v *Volume) Truncate(name string, size int64) error {
+	return v.changeEntry("truncate", name, func(n *node) error {
+		if n.isDir() {
+			return syscall.EISDIR
+		}
+		return n.truncate(size)
+	})
+}
+
+func (v *Volume) changeEntry(op, name string, change func(*node) error) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.writable(); err != nil {
+		return pathErr(op, name, err)
+	}
+	n, err := v.resolve(name)
+	if err != nil {
+		return pathErr(op, name, err)
+	}
+	if n.isRoot() {
+		return pathErr(op, name, syscall.EPERM)
+	}
+	err = change(n)
+	if err == nil {
+		n.storeEntry()
+	}
+	return pathErr2(op, name, v.finish(err))
+}
+
+// pathErr2 is pathErr that keeps nil as nil.
+func pathErr2(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return pathErr(op, name, err)
+}

@@ -1,0 +1,315 @@
+package fatvol
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// Normalised FAT entry values, the same for all three widths, so the rest of the engine never
+// looks at the width.
+const (
+	entFree uint32 = 0
+	entBad  uint32 = 0x0FFFFFF7
+	entEOC  uint32 = 0x0FFFFFFF
+)
+
+// table is the file allocation table, held whole in memory as the raw bytes of the active copy.
+// Keeping the raw bytes (rather than decoded entries) lets writeback copy dirty sectors straight
+// to every FAT copy. Memory is what the FAT takes on disk: 4 bytes a cluster at most.
+type table struct {
+	typ        ondisk.FATType
+	raw        []byte
+	sectorSize int
+	maxCluster uint32   // highest valid data cluster
+	dirty      []uint64 // one bit per FAT sector
+	free       uint32   // free data clusters, exact
+	next       uint32   // next-fit hint: allocation starts looking here
+}
+
+func newTable(g *ondisk.Geometry, raw []byte) *table {
+	t := &table{
+		typ:        g.Type,
+		raw:        raw,
+		sectorSize: g.SectorSize,
+		maxCluster: g.MaxCluster(),
+		dirty:      make([]uint64, (int64(len(raw))/int64(g.SectorSize)+63)/64),
+		next:       2,
+	}
+	for c := uint32(2); c <= t.maxCluster; c++ {
+		if t.get(c) == entFree {
+			t.free++
+		}
+	}
+	return t
+}
+
+// byteOffset is where entry c starts in the raw table.
+func (t *table) byteOffset(c uint32) int {
+	switch t.typ {
+	case ondisk.FAT12:
+		return int(c + c/2)
+	case ondisk.FAT16:
+		return int(c) * 2
+	default:
+		return int(c) * 4
+	}
+}
+
+// get returns entry c, normalised: entFree, entBad, entEOC or a cluster number.
+func (t *table) get(c uint32) uint32 {
+	o := t.byteOffset(c)
+	switch t.typ {
+	case ondisk.FAT12:
+		v := uint32(t.raw[o]) | uint32(t.raw[o+1])<<8
+		if c&1 != 0 {
+			v >>= 4
+		}
+		v &= 0xFFF
+		switch {
+		case v >= 0xFF8:
+			return entEOC
+		case v == 0xFF7:
+			return entBad
+		}
+		return v
+	case ondisk.FAT16:
+		v := uint32(t.raw[o]) | uint32(t.raw[o+1])<<8
+		switch {
+		case v >= 0xFFF8:
+			return entEOC
+		case v == 0xFFF7:
+			return entBad
+		}
+		return v
+	default:
+		v := (uint32(t.raw[o]) | uint32(t.raw[o+1])<<8 | uint32(t.raw[o+2])<<16 | uint32(t.raw[o+3])<<24) & 0x0FFFFFFF
+		switch {
+		case v >= 0x0FFFFFF8:
+			return entEOC
+		case v == 0x0FFFFFF7:
+			return entBad
+		}
+		return v
+	}
+}
+
+// set stores a normalised value in entry c, keeps the free count, and marks the sector(s) dirty.
+func (t *table) set(c, v uint32) {
+	old := t.get(c)
+	if old == entFree && v != entFree {
+		t.free--
+	} else if old != entFree && v == entFree {
+		t.free++
+	}
+	o := t.byteOffset(c)
+	switch t.typ {
+	case ondisk.FAT12:
+		v &= 0xFFF
+		if c&1 != 0 {
+			t.raw[o] = t.raw[o]&0x0F | byte(v<<4)
+			t.raw[o+1] = byte(v >> 4)
+		} else {
+			t.raw[o] = byte(v)
+			t.raw[o+1] = t.raw[o+1]&0xF0 | byte(v>>8)
+		}
+		t.markDirty(o, 2)
+	case ondisk.FAT16:
+		t.raw[o], t.raw[o+1] = byte(v), byte(v>>8)
+		t.markDirty(o, 2)
+	default:
+		// The top four bits are reserved and must be preserved.
+		v = v&0x0FFFFFFF | uint32(t.raw[o+3]&0xF0)<<24
+		t.raw[o], t.raw[o+1], t.raw[o+2], t.raw[o+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+		t.markDirty(o, 4)
+	}
+}
+
+func (t *table) markDirty(off, n int) {
+	for s := off / t.sectorSize; s <= (off+n-1)/t.sectorSize; s++ {
+		t.dirty[s/64] |= 1 << (s % 64)
+	}
+}
+
+// dirtyRuns returns the dirty sectors as sorted runs of consecutive sectors.
+func (t *table) dirtyRuns() []sectorRun {
+	var runs []sectorRun
+	for w, bits := range t.dirty {
+		for bits != 0 {
+			b := 0
+			for bits&(1<<b) == 0 {
+				b++
+			}
+			bits &^= 1 << b
+			s := int64(w*64 + b)
+			if n := len(runs); n > 0 && runs[n-1].start+runs[n-1].count == s {
+				runs[n-1].count++
+			} else {
+				runs = append(runs, sectorRun{start: s, count: 1})
+			}
+		}
+	}
+	return runs
+}
+
+func (t *table) clearDirty() { clear(t.dirty) }
+
+// sectorRun is a run of consecutive sectors.
+type sectorRun struct{ start, count int64 }
+
+// isData tells whether v names a data cluster (not free, bad, EOC or reserved).
+func (t *table) isData(v uint32) bool { return v >= 2 && v <= t.maxCluster }
+
+// extent is a run of consecutive clusters.
+type extent struct {
+	start uint32
+	count uint32
+}
+
+// chain reads the cluster chain starting at first into extents. It refuses chains that leave the
+// data area, loop, or run longer than limit clusters, so a hostile image cannot hang the engine.
+func (t *table) chain(first uint32, limit uint32) ([]extent, error) {
+	var ext []extent
+	if first == 0 {
+		return nil, nil
+	}
+	c := first
+	for n := uint32(0); ; n++ {
+		if !t.isData(c) {
+			return ext, fmt.Errorf("%w: chain from cluster %d reaches invalid cluster %d", errCorrupt, first, c)
+		}
+		if n >= limit {
+			return ext, fmt.Errorf("%w: chain from cluster %d is longer than %d clusters (a cycle?)", errCorrupt, first, limit)
+		}
+		if k := len(ext); k > 0 && ext[k-1].start+ext[k-1].count == c {
+			ext[k-1].count++
+		} else {
+			ext = append(ext, extent{c, 1})
+		}
+		v := t.get(c)
+		switch {
+		case v == entEOC:
+			return ext, nil
+		case v == entFree || v == entBad:
+			return ext, fmt.Errorf("%w: chain from cluster %d runs into a free or bad cluster at %d", errCorrupt, first, c)
+		}
+		c = v
+	}
+}
+
+// allocate takes n free clusters, preferring to continue right after goal (so a growing file stays
+// contiguous), then the first free run of at least n clusters from the next-fit hint, and only
+// then scattered runs. The clusters are chained together, ending in EOC; linking them to an
+// existing chain is the caller's job.
+func (t *table) allocate(n uint32, goal uint32) ([]extent, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if n > t.free {
+		return nil, errNoSpace
+	}
+	var got []extent
+	// Taken clusters are marked at once, so later searches cannot take them twice.
+	take := func(start, count uint32) {
+		for c := start; c < start+count; c++ {
+			t.set(c, entEOC)
+		}
+		got = append(got, extent{start, count})
+		n -= count
+	}
+	// Continue the file in place when the clusters after it are free.
+	if t.isData(goal) {
+		run := t.freeRunAt(goal, n)
+		if run > 0 {
+			take(goal, run)
+		}
+	}
+	if n > 0 {
+		if start, ok := t.findRun(n); ok {
+			take(start, n)
+		}
+	}
+	// No run is long enough: take free runs in order from the hint.
+	for c := t.next; n > 0; {
+		if t.get(c) == entFree {
+			run := t.freeRunAt(c, n)
+			take(c, run)
+			c += run
+		} else {
+			c++
+		}
+		if c > t.maxCluster {
+			c = 2
+		}
+	}
+	// Link them: each cluster to the next, the last to EOC.
+	for i, e := range got {
+		for c := e.start; c < e.start+e.count-1; c++ {
+			t.set(c, c+1)
+		}
+		last := e.start + e.count - 1
+		if i+1 < len(got) {
+			t.set(last, got[i+1].start)
+		} else {
+			t.set(last, entEOC)
+		}
+	}
+	last := got[len(got)-1]
+	t.next = last.start + last.count
+	if t.next > t.maxCluster {
+		t.next = 2
+	}
+	return got, nil
+}
+
+// freeRunAt counts free clusters from c on, up to max.
+func (t *table) freeRunAt(c, max uint32) uint32 {
+	var n uint32
+	for n < max && c+n <= t.maxCluster && t.get(c+n) == entFree {
+		n++
+	}
+	return n
+}
+
+// findRun looks for n consecutive free clusters, starting at the hint and wrapping once.
+func (t *table) findRun(n uint32) (uint32, bool) {
+	scan := func(from, to uint32) (uint32, bool) {
+		var start, run uint32
+		for c := from; c <= to; c++ {
+			if t.get(c) != entFree {
+				run = 0
+				continue
+			}
+			if run == 0 {
+				start = c
+			}
+			run++
+			if run == n {
+				return start, true
+			}
+		}
+		return 0, false
+	}
+	if s, ok := scan(t.next, t.maxCluster); ok {
+		return s, true
+	}
+	if t.next > 2 {
+		return scan(2, min(t.maxCluster, t.next+n-2))
+	}
+	return 0, false
+}
+
+// freeChain marks every cluster of the extents free.
+func (t *table) freeChain(ext []extent) {
+	for _, e := range ext {
+		for c := e.start; c < e.start+e.count; c++ {
+			t.set(c, entFree)
+		}
+	}
+}
+
+// sortRuns orders device ranges by offset; writeback issues them in that order.
+func sortRuns(r []devRange) {
+	sort.Slice(r, func(i, j int) bool { return r[i].off < r[j].off })
+}

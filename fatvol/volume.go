@@ -1,0 +1,226 @@
+// Package fatvol is csi-fat's userspace FAT12/16/32 engine: it opens a volume on a blockdev.Device
+// and offers it for reading through io/fs and for writing through a small API in the same spirit
+// (OpenFile, Mkdir, Remove, Rename, ...). It imports nothing from Kubernetes.
+package fatvol
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// Options configure an opened volume.
+type Options struct {
+	ReadOnly bool
+	// ShortName selects how short names are created and shown, as Linux's shortname= option.
+	ShortName ondisk.ShortNameMode
+	// Location is the time zone of FAT's local timestamps; nil means time.Local, as Linux and mtools.
+	Location *time.Location
+	// Logger receives open-time facts (geometry, block size); nil means slog.Default().
+	Logger *slog.Logger
+	// BlockSize overrides the device layer's choice of I/O block size (0 keeps it).
+	BlockSize int
+}
+
+// Volume is an open FAT file system. All methods are safe for concurrent use.
+type Volume struct {
+	mu   sync.Mutex
+	dev  blockdev.Device
+	name string // for messages: the device's path when known
+	geo  ondisk.Geometry
+	boot *ondisk.BootSector
+	opts Options
+	loc  *time.Location
+	fat  *table
+	root *node
+
+	fsinfo        ondisk.FSInfo // as last written
+	bootState     uint8         // state byte as on disk
+	dirtyDirs     map[*dirContent]struct{}
+	closed        bool
+	labelFromBoot bool
+}
+
+// Geometry returns the volume's layout.
+func (v *Volume) Geometry() ondisk.Geometry { return v.geo }
+
+// Device returns the device the volume lives on.
+func (v *Volume) Device() blockdev.Device { return v.dev }
+
+// OpenImage opens the image file or block device at path.
+func OpenImage(path string, opts Options) (*Volume, error) {
+	dev, err := blockdev.Open(path, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	v, err := Open(dev, opts)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	v.name = path
+	return v, nil
+}
+
+// Open reads and validates the boot sector and the FAT, and, unless read-only, marks the volume
+// dirty until Close. The caller keeps ownership of dev only if Open fails.
+func Open(dev blockdev.Device, opts Options) (*Volume, error) {
+	v := &Volume{dev: dev, opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}}
+	if p, ok := dev.(interface{ Path() string }); ok {
+		v.name = p.Path()
+	}
+	if v.loc == nil {
+		v.loc = time.Local
+	}
+	if opts.Logger == nil {
+		v.opts.Logger = slog.Default()
+	}
+	sector := make([]byte, 4096)
+	if _, err := dev.ReadAt(sector[:512], 0); err != nil {
+		return nil, fmt.Errorf("%s: read boot sector: %w", v.name, err)
+	}
+	if !ondisk.HasSignature(sector) {
+		return nil, fmt.Errorf("%s: %w: no boot sector signature", v.name, ondisk.ErrNotFAT)
+	}
+	boot, err := ondisk.ParseBootSector(sector)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", v.name, err)
+	}
+	geo, err := boot.Geometry(dev.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", v.name, err)
+	}
+	v.boot, v.geo, v.bootState = boot, geo, boot.State
+	if opts.BlockSize != 0 {
+		bs, ok := dev.(interface{ SetBlockSize(int) error })
+		if !ok {
+			return nil, fmt.Errorf("%s: device does not allow a block size override", v.name)
+		}
+		if err := bs.SetBlockSize(opts.BlockSize); err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+	}
+	v.opts.Logger.Info("fatvol: opened", "device", v.name, "type", geo.Type.String(),
+		"clusterSize", geo.ClusterSize, "clusters", geo.Clusters, "blockSize", dev.BlockSize(),
+		"readOnly", opts.ReadOnly)
+
+	raw := make([]byte, geo.FATBytes())
+	fatCopy := max(geo.ActiveFAT, 0)
+	if _, err := dev.ReadAt(raw, geo.FATOffset(fatCopy)); err != nil {
+		return nil, fmt.Errorf("%s: read FAT: %w", v.name, err)
+	}
+	v.fat = newTable(&geo, raw)
+	if geo.Type == ondisk.FAT32 && geo.FSInfoSector != 0 {
+		buf := make([]byte, geo.SectorSize)
+		if _, err := dev.ReadAt(buf, geo.FSInfoSector*int64(geo.SectorSize)); err != nil {
+			return nil, fmt.Errorf("%s: read FSINFO: %w", v.name, err)
+		}
+		if fi, err := ondisk.ParseFSInfo(buf); err == nil {
+			v.fsinfo = fi
+			if v.fat.isData(fi.NextFree) {
+				v.fat.next = fi.NextFree
+			}
+		} else {
+			// A broken FSINFO is rewritten at the first writeback; it is only a hint.
+			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
+		}
+	}
+	v.root = v.newRootNode()
+	if _, err := v.root.loadDir(); err != nil {
+		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
+	}
+	if !opts.ReadOnly {
+		if err := v.setState(v.bootState | ondisk.StateDirty); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// setState writes the boot sector's state byte (Linux's dirty bit) and makes it durable.
+func (v *Volume) setState(state uint8) error {
+	if state == v.bootState {
+		return nil
+	}
+	b := []byte{state}
+	if _, err := v.dev.WriteAt(b, int64(v.boot.StateOffset())); err != nil {
+		return fmt.Errorf("%s: write boot sector state: %w", v.name, err)
+	}
+	if err := v.dev.Flush(); err != nil {
+		return fmt.Errorf("%s: flush: %w", v.name, err)
+	}
+	v.bootState = state
+	return nil
+}
+
+// Sync writes back everything and makes it durable.
+func (v *Volume) Sync() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.usable(); err != nil {
+		return err
+	}
+	return v.syncLocked()
+}
+
+func (v *Volume) syncLocked() error {
+	if v.opts.ReadOnly {
+		return nil
+	}
+	if err := v.writeback(); err != nil {
+		return err
+	}
+	if err := v.dev.Flush(); err != nil {
+		return fmt.Errorf("%s: flush: %w", v.name, err)
+	}
+	return nil
+}
+
+// Close writes everything back, clears the dirty bit, and closes the device. Files still open
+// are written back too; using them afterwards fails.
+func (v *Volume) Close() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return nil
+	}
+	var err error
+	if !v.opts.ReadOnly {
+		err = v.syncLocked()
+		if err == nil {
+			err = v.setState(v.bootState &^ ondisk.StateDirty)
+		}
+	}
+	v.closed = true
+	if cerr := v.dev.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("%s: close: %w", v.name, cerr)
+	}
+	return err
+}
+
+func (v *Volume) usable() error {
+	if v.closed {
+		return errClosed
+	}
+	return nil
+}
+
+func (v *Volume) writable() error {
+	if v.closed {
+		return errClosed
+	}
+	if v.opts.ReadOnly {
+		return errReadOnly
+	}
+	return nil
+}
+
+var (
+	errClosed  = errors.New("volume is closed")
+	errCorrupt = errors.New("file system is corrupt")
+)
