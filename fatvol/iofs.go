@@ -14,9 +14,9 @@ import (
 
 // The volume is an io/fs file system for reading.
 var (
-	_ fs.FS         = (*Volume)(nil)
-	_ fs.ReadDirFS  = (*Volume)(nil)
-	_ fs.StatFS     = (*Volume)(nil)
+	_ fs.FS          = (*Volume)(nil)
+	_ fs.ReadDirFS   = (*Volume)(nil)
+	_ fs.StatFS      = (*Volume)(nil)
 	_ fs.ReadDirFile = (*File)(nil)
 )
 
