@@ -239,22 +239,45 @@ func (v *Volume) remove(name string) error {
 	return nil
 }
 
+// RenameFlags modify Rename as renameat2(2)'s flags do.
+type RenameFlags int
+
+const (
+	// RenameNoReplace fails with EEXIST instead of replacing an existing newname.
+	RenameNoReplace RenameFlags = 1 << iota
+	// RenameExchange swaps oldname and newname, which must both exist.
+	RenameExchange
+)
+
 // Rename moves oldname to newname, replacing newname if it exists (a directory only by an empty
 // directory), as rename(2). The target's entry is rewritten in place, so newname never stops
 // existing. A directory cannot move into its own subtree.
 func (v *Volume) Rename(oldname, newname string) error {
+	return v.RenameWithFlags(oldname, newname, 0)
+}
+
+// RenameWithFlags is Rename with renameat2(2)'s flags.
+func (v *Volume) RenameWithFlags(oldname, newname string, flags RenameFlags) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if err := v.writable(); err != nil {
-		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	err := v.writable()
+	if err == nil {
+		switch flags {
+		case 0, RenameNoReplace:
+			err = v.finish(v.rename(oldname, newname, flags))
+		case RenameExchange:
+			err = v.finish(v.exchange(oldname, newname))
+		default:
+			err = syscall.EINVAL
+		}
 	}
-	if err := v.finish(v.rename(oldname, newname)); err != nil {
+	if err != nil {
 		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
 	}
 	return nil
 }
 
-func (v *Volume) rename(oldname, newname string) error {
+func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 	od, ob, err := v.resolveParent(oldname)
 	if err != nil {
 		return err
@@ -286,6 +309,9 @@ func (v *Volume) rename(oldname, newname string) error {
 			return nil
 		}
 		exists = false
+	}
+	if exists && flags&RenameNoReplace != 0 {
+		return syscall.EEXIST
 	}
 	if exists {
 		tgt := nd.child(toff)
@@ -328,23 +354,89 @@ func (v *Volume) rename(oldname, newname string) error {
 		od.remove(ooff)
 		src.moveTo(nd, off)
 	}
-	if src.isDir() && od != nd {
-		sd, err := src.loadDir()
-		if err != nil {
+	if od != nd {
+		if err := src.fixDotDot(); err != nil {
 			return err
-		}
-		if sd.dotOff >= 0 {
-			e := sd.entry(sd.dotOff)
-			e.SetCluster(0)
-			if !nd.n.isRoot() {
-				e.SetCluster(nd.n.firstCluster())
-			}
-			sd.putEntry(sd.dotOff, &e)
 		}
 	}
 	od.n.touch(false)
 	if nd != od {
 		nd.n.touch(false)
+	}
+	return nil
+}
+
+// fixDotDot points a moved directory's '..' at its new parent (cluster 0 for the root, FAT32 too).
+func (n *node) fixDotDot() error {
+	if !n.isDir() {
+		return nil
+	}
+	d, err := n.loadDir()
+	if err != nil {
+		return err
+	}
+	if d.dotOff >= 0 {
+		e := d.entry(d.dotOff)
+		e.SetCluster(0)
+		if !n.parent.isRoot() {
+			e.SetCluster(n.parent.firstCluster())
+		}
+		d.putEntry(d.dotOff, &e)
+	}
+	return nil
+}
+
+// exchange swaps two entries' contents, each keeping its name, as RENAME_EXCHANGE.
+func (v *Volume) exchange(aname, bname string) error {
+	ad, ab, err := v.resolveParent(aname)
+	if err != nil {
+		return err
+	}
+	bd, bb, err := v.resolveParent(bname)
+	if err != nil {
+		return err
+	}
+	aoff, ok := ad.lookup(ab)
+	if !ok {
+		return syscall.ENOENT
+	}
+	boff, ok := bd.lookup(bb)
+	if !ok {
+		return syscall.ENOENT
+	}
+	if ad == bd && aoff == boff {
+		return nil
+	}
+	a, b := ad.child(aoff), bd.child(boff)
+	// Neither may end up inside itself.
+	for p := bd.n; p != nil; p = p.parent {
+		if p == a {
+			return syscall.EINVAL
+		}
+	}
+	for p := ad.n; p != nil; p = p.parent {
+		if p == b {
+			return syscall.EINVAL
+		}
+	}
+	ae, be := a.ent, b.ent
+	ae.Name, ae.NTCase, be.Name, be.NTCase = be.Name, be.NTCase, ae.Name, ae.NTCase
+	a.ent, b.ent = ae, be
+	delete(ad.children, aoff)
+	delete(bd.children, boff)
+	a.moveTo(bd, boff)
+	b.moveTo(ad, aoff)
+	if ad != bd {
+		if err := a.fixDotDot(); err != nil {
+			return err
+		}
+		if err := b.fixDotDot(); err != nil {
+			return err
+		}
+	}
+	ad.n.touch(false)
+	if ad != bd {
+		bd.n.touch(false)
 	}
 	return nil
 }
