@@ -65,9 +65,9 @@ func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
 // the error is ErrShortNameTaken, as Linux's -EEXIST (a lookup would find that entry anyway).
 // exists tells whether a short name is used in the directory; it must not be nil.
 //
-// In winnt mode an 8.3 name in mixed case ("ReadMe.txt") gets a long name and the plain short
-// name README.TXT without a tail (Linux returns 0 there before trying tails). Everything else
-// gets a long name and a short name with a tail, found with exists:
+// Any other 8.3 name ("readme.txt" outside winnt mode, "ReadMe.txt" in every mode) gets a long
+// name and the plain short name README.TXT without a tail (Linux returns before trying tails).
+// Everything else gets a long name and a short name with a tail, found with exists:
 //   - base: the name up to its last dot, upper-cased in code page 437, dots and spaces dropped,
 //     [ ] ; , + = and characters outside the code page (each UTF-16 unit) replaced by '_', at
 //     most 8 bytes; a name whose only dots lead it ("...test", ".hidden") is all base;
@@ -151,9 +151,9 @@ func MakeShortName(long string, mode ShortNameMode, exists func(ShortName) bool)
 			return sn, 0, false, fmt.Errorf("%q: %w", long, ErrShortNameTaken)
 		}
 		if !mode.createsWinNT() {
-			if baseInfo.upper && extInfo.upper {
-				return sn, 0, false, nil
-			}
+			// Linux returns (upper && upper) here: a lower- or mixed-case 8.3 name gets a long
+			// name and the plain short name, with no tail.
+			return sn, 0, !(baseInfo.upper && extInfo.upper), nil
 		} else {
 			if (baseInfo.upper || baseInfo.lower) && (extInfo.upper || extInfo.lower) {
 				if !baseInfo.upper && baseInfo.lower {

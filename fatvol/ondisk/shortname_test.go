@@ -33,16 +33,17 @@ var linuxShortNameCases = []struct {
 	why     string
 }{
 	{"README.TXT", ShortNameMixed, sn("README  TXT"), 0, false, true, ""},
-	// win95 creation keeps only all-upper 8.3 names; numtail=1 (default) adds ~1 at once.
-	{"readme.txt", ShortNameMixed, sn("README~1TXT"), 0, true, false,
+	// win95 creation stores only all-upper 8.3 names alone; any other 8.3 name gets a long
+	// name and the plain short name, no tail (vfat_create_shortname returns upper && upper
+	// before the tail loop).
+	{"readme.txt", ShortNameMixed, sn("README  TXT"), 0, true, false,
 		"mtools stores lower-case 8.3 names with the NT case bits, as Linux's winnt mode does"},
-	{"readme.txt", ShortNameWin95, sn("README~1TXT"), 0, true, false, "as above"},
-	{"readme.txt", ShortNameLower, sn("README~1TXT"), 0, true, false, "as above"},
+	{"readme.txt", ShortNameWin95, sn("README  TXT"), 0, true, false, "as above"},
+	{"readme.txt", ShortNameLower, sn("README  TXT"), 0, true, false, "as above"},
 	{"readme.txt", ShortNameWinNT, sn("README  TXT"), CaseLowerBase | CaseLowerExt, false, true, ""},
 	{"README.txt", ShortNameWinNT, sn("README  TXT"), CaseLowerExt, false, true, ""},
 	{"readme.TXT", ShortNameWinNT, sn("README  TXT"), CaseLowerBase, false, true, ""},
-	{"ReadMe.txt", ShortNameMixed, sn("README~1TXT"), 0, true, false,
-		"mtools keeps README.TXT without a tail for mixed case, as Linux's winnt mode does"},
+	{"ReadMe.txt", ShortNameMixed, sn("README  TXT"), 0, true, true, ""},
 	// winnt: an 8.3 name in mixed case returns 0 before the tail loop: plain short name + LFN.
 	{"ReadMe.txt", ShortNameWinNT, sn("README  TXT"), 0, true, true, ""},
 	{"a.b.c", ShortNameMixed, sn("AB~1    C  "), 0, true, true, ""},
@@ -61,10 +62,9 @@ var linuxShortNameCases = []struct {
 	{"a+b,c;d=e[f]g.txt", ShortNameMixed, sn("A_B_C_~1TXT"), 0, true, true, ""},
 	{"A+B.TXT", ShortNameMixed, sn("A_B~1   TXT"), 0, true, true, ""},
 	// Bytes >= 0x7F clear both case flags: never a short name alone.
-	{"Grüße.txt", ShortNameMixed, sn("GR\x9a\xe1E~1 TXT"), 0, true, false,
-		"mtools stores GRÜßE.TXT without a tail"},
+	{"Grüße.txt", ShortNameMixed, sn("GR\x9a\xe1E   TXT"), 0, true, true, ""},
 	{"Grüße.txt", ShortNameWinNT, sn("GR\x9a\xe1E   TXT"), 0, true, true, ""},
-	{"GRÜSSE.TXT", ShortNameMixed, sn("GR\x9aSSE~1TXT"), 0, true, false,
+	{"GRÜSSE.TXT", ShortNameMixed, sn("GR\x9aSSE  TXT"), 0, true, false,
 		"mtools stores an upper-case name with code page letters as a short name alone"},
 	// Characters outside code page 437 become '_', one per UTF-16 unit.
 	{"日本語.txt", ShortNameMixed, sn("___~1   TXT"), 0, true, false,
@@ -72,7 +72,7 @@ var linuxShortNameCases = []struct {
 	{"😀.txt", ShortNameMixed, sn("__~1    TXT"), 0, true, false, "mtools uses one '_' per character"},
 	// σ is 0xE5 in code page 437, but Linux upper-cases it to Σ 0xE4 (nls_cp437 charset2upper),
 	// so the 0xE5 -> 0x05 rule cannot trigger with this code page.
-	{"σ.txt", ShortNameMixed, sn("\xe4~1     TXT"), 0, true, false,
+	{"σ.txt", ShortNameMixed, sn("\xe4       TXT"), 0, true, false,
 		"mtools stores Σ.TXT with the NT lower-case bits and no long name"},
 	{"σ.txt", ShortNameWinNT, sn("\xe4       TXT"), 0, true, false, "as above"},
 	// DEL: our one deviation from Linux, which would store 0x7F (fsck.fat renames such names);
