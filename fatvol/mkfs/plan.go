@@ -146,8 +146,12 @@ func plan(size int64, opts Options, now time.Time) (*layout, error) {
 	reserved = int(alignTo(uint32(reserved), cs, align))
 	if r.fatType == ondisk.FAT32 {
 		rootEntries = 0
-	} else if align {
-		rootEntries = int(alignTo(rootDirSectors, cs, true)) * (ss / dirEntryBytes)
+	} else {
+		// Fill the (aligned) root directory sectors. Unaligned, mkfs.fat 4.2 keeps the -r count
+		// as given, and a count that leaves a sector partly unused is refused by fsck.fat ("doesn't
+		// span an integral number of sectors") and by Linux; we round it up to whole sectors,
+		// which changes nothing else in the layout.
+		rootEntries = int(alignTo(rootDirSectors, cs, align)) * (ss / dirEntryBytes)
 	}
 	firstData := int64(reserved) + int64(numFATs)*int64(r.chosen.fatSectors) + int64(cdiv(int32(rootEntries*dirEntryBytes), int32(ss)))
 	firstDataBlock := (firstData*int64(ss/hardSectorSize) + 1) / 2
