@@ -1,7 +1,9 @@
 package fatvol
 
 import (
+	"fmt"
 	"strings"
+	"syscall"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
@@ -49,5 +51,107 @@ func (v *Volume) Label() string {
 }
 
 func labelString(b []byte) string {
-	return strings.TrimRight(string(b), " ")
+	var sb strings.Builder
+	for i, c := range b {
+		if i == 0 && c == 0x05 {
+			c = 0xE5
+		}
+		sb.WriteRune(ondisk.CP437Decode(c))
+	}
+	return strings.TrimRight(sb.String(), " ")
+}
+
+// SetLabel sets the volume label in both places it lives: the root directory's label entry (made
+// when missing) and the boot sector (and its FAT32 backup). Like mlabel and Windows it stores the
+// label upper-cased, at most 11 ASCII characters (fsck.fat refuses others); "" removes it.
+func (v *Volume) SetLabel(label string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.writable(); err != nil {
+		return err
+	}
+	raw, err := encodeLabel(label)
+	if err != nil {
+		return err
+	}
+	return v.finish(v.setLabel(label, raw))
+}
+
+func (v *Volume) setLabel(label string, raw [11]byte) error {
+	d := v.root.dir
+	if label == "" {
+		if d.labelOff >= 0 {
+			ondisk.MarkDeleted(d.buf[d.labelOff:])
+			d.markDirty(d.labelOff, ondisk.DirEntrySize)
+			d.holeHint = min(d.holeHint, d.labelOff)
+			d.labelOff = -1
+		}
+		raw = [11]byte{'N', 'O', ' ', 'N', 'A', 'M', 'E', ' ', ' ', ' ', ' '}
+	} else {
+		if d.labelOff < 0 {
+			off, err := d.findFree(1)
+			if err != nil {
+				return err
+			}
+			if off >= d.end {
+				d.end = off + ondisk.DirEntrySize
+				if d.end < len(d.buf) && d.buf[d.end] != 0 {
+					d.buf[d.end] = 0
+					d.markDirty(d.end, 1)
+				}
+			}
+			d.labelOff = off
+		}
+		e := v.newEntry(ondisk.AttrVolumeID)
+		e.CreateDate, e.CreateTime, e.CreateTenth, e.AccessDate = 0, 0, 0, 0
+		e.Name = ondisk.ShortName(raw)
+		d.putEntry(d.labelOff, &e)
+	}
+	if v.boot.BootSig != 0x29 {
+		return nil
+	}
+	v.boot.VolumeLabel = raw
+	sectors := []int64{0}
+	if v.geo.BackupBootSector != 0 {
+		sectors = append(sectors, v.geo.BackupBootSector)
+	}
+	buf := make([]byte, v.geo.SectorSize)
+	for _, s := range sectors {
+		off := s * int64(v.geo.SectorSize)
+		if _, err := v.dev.ReadAt(buf, off); err != nil {
+			return fmt.Errorf("%s: read boot sector: %w", v.name, err)
+		}
+		b, err := ondisk.ParseBootSector(buf)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		b.VolumeLabel = raw
+		b.Marshal(buf)
+		if _, err := v.dev.WriteAt(buf, off); err != nil {
+			return fmt.Errorf("%s: write boot sector: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// encodeLabel turns a label into its 11 stored bytes, refusing what a short name cannot hold.
+func encodeLabel(label string) ([11]byte, error) {
+	var raw [11]byte
+	for i := range raw {
+		raw[i] = ' '
+	}
+	i := 0
+	for _, r := range strings.ToUpper(label) {
+		// fsck.fat accepts only ASCII in labels, whatever the code page.
+		b := byte(r)
+		if r < 0x20 || r >= 0x7F || strings.ContainsRune(`*?<>|"\/:.+,;=[]`, r) {
+			return raw, fmt.Errorf("label %q: %q cannot be part of a FAT label: %w", label, r, syscall.EINVAL)
+		}
+		if i == len(raw) {
+			return raw, fmt.Errorf("label %q is longer than 11 bytes: %w", label, syscall.EINVAL)
+		}
+		raw[i] = b
+		i++
+	}
+	return raw, nil
 }
