@@ -74,7 +74,7 @@ func (s spec) options() mkfs.Options {
 // 8192-sector alignment cut-off, 260 MiB, 512 MiB, 8/16/32 GiB) and sizes that are not a
 // multiple of 4 KiB or even of 1 KiB.
 var sweepSizes = []int64{
-	100 * KiB, 160 * KiB, 360 * KiB, 720 * KiB, MiB, 1000000, 1200 * KiB, 1440 * KiB, 1440*KiB + 700,
+	40 * KiB, 100 * KiB, 160 * KiB, 360 * KiB, 720 * KiB, MiB, 1000000, 1200 * KiB, 1440 * KiB, 1440*KiB + 700,
 	2 * MiB, 2880 * KiB, 4 * MiB, 4*MiB + 512, 5 * MiB, 3333333, 16 * MiB, 32 * MiB, 33 * MiB,
 	64 * MiB, 123456789, 128 * MiB, 256 * MiB, 260 * MiB, 261 * MiB, 511 * MiB, 512*MiB - 512,
 	512 * MiB, 600000001, GiB, 2 * GiB, 4 * GiB, 8 * GiB, 8*GiB + 512, 16 * GiB, 32 * GiB,
