@@ -35,9 +35,11 @@ func (n *node) readAt(p []byte, off int64) (int, error) {
 	avail := min(want, max(chainBytes-off, 0))
 	done := 0
 	for _, r := range n.devRanges(off, avail) {
-		if _, err := n.vol.dev.ReadAt(p[done:done+int(r.length)], r.off); err != nil {
+		buf := p[done : done+int(r.length)]
+		if _, err := n.vol.dev.ReadAt(buf, r.off); err != nil {
 			return done, fmt.Errorf("%s: read: %w", n.path(), err)
 		}
+		n.vol.cache.overlay(buf, r.off)
 		done += int(r.length)
 	}
 	if int64(done) < want {
@@ -64,19 +66,33 @@ func (n *node) writeAt(p []byte, off int64) (int, error) {
 		if err := n.zeroRange(size, off); err != nil {
 			return 0, err
 		}
+		size = off
 	}
-	done := 0
-	for _, r := range n.devRanges(off, int64(len(p))) {
-		if _, err := n.vol.dev.WriteAt(p[done:done+int(r.length)], r.off); err != nil {
-			return done, fmt.Errorf("%s: write: %w", n.path(), err)
-		}
-		done += int(r.length)
+	if err := n.cacheWrite(p, off, size); err != nil {
+		return 0, err
 	}
-	if end > size {
+	if end > int64(n.ent.Size) {
 		n.ent.Size = uint32(end)
 	}
 	n.touch(true)
-	return done, nil
+	return len(p), nil
+}
+
+// cacheWrite puts p at file offset off into the cache. size is the file's size before the write:
+// bytes of partly written units past it need not be kept.
+func (n *node) cacheWrite(p []byte, off, size int64) error {
+	done := int64(0)
+	for _, r := range n.devRanges(off, int64(len(p))) {
+		keepFrom := r.off + (size - (off + done)) // device offset of the old end of file
+		if size <= off+done {
+			keepFrom = r.off
+		}
+		if err := n.vol.cache.write(p[done:done+r.length], r.off, keepFrom); err != nil {
+			return fmt.Errorf("%s: %w", n.path(), err)
+		}
+		done += r.length
+	}
+	return nil
 }
 
 // ensureClusters grows the chain to hold size bytes.
@@ -93,15 +109,16 @@ func (n *node) ensureClusters(size int64) error {
 	return nil
 }
 
-// zeroRange writes zeros over [from, to) of the file's clusters.
+// zeroRange writes zeros over [from, to) of the file's clusters; from is the file's size.
 func (n *node) zeroRange(from, to int64) error {
-	for _, r := range n.devRanges(from, to-from) {
-		for done := int64(0); done < r.length; {
-			k := min(r.length-done, int64(len(zeroes)))
-			if _, err := n.vol.dev.WriteAt(zeroes[:k], r.off+done); err != nil {
-				return fmt.Errorf("%s: zero fill: %w", n.path(), err)
-			}
-			done += k
+	for at := from; at < to; {
+		k := min(to-at, int64(len(zeroes)))
+		if err := n.cacheWrite(zeroes[:k], at, from); err != nil {
+			return err
+		}
+		at += k
+		if err := n.vol.throttle(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -176,10 +193,19 @@ func (n *node) freeClusters() error {
 	if _, err := n.extents(); err != nil {
 		return err
 	}
-	n.vol.fat.freeChain(n.ext)
+	n.vol.release(n.ext)
 	n.ext = nil
 	if n.dir != nil {
 		delete(n.vol.dirtyDirs, n.dir)
 	}
 	return nil
+}
+
+// release frees clusters and forgets any dirty data cached for them.
+func (v *Volume) release(ext []extent) {
+	cs := int64(v.geo.ClusterSize)
+	for _, e := range ext {
+		v.cache.discard(v.geo.ClusterOffset(e.start), int64(e.count)*cs)
+	}
+	v.fat.freeChain(ext)
 }

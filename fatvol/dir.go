@@ -213,15 +213,17 @@ func (d *dirContent) forget(c *node) {
 }
 
 // insert adds an entry named name (already unique in d) with the given short-entry fields, writing
-// its long-name entries when the name needs them. It returns the short entry's offset.
-func (d *dirContent) insert(name string, e ondisk.DirEntry) (int, error) {
+// its long-name entries when the name needs them. It returns the short entry's offset. replacing
+// is the offset of an entry about to be removed (a rename that only changes case), whose short
+// name may be taken again; -1 for none.
+func (d *dirContent) insert(name string, e ondisk.DirEntry, replacing int) (int, error) {
 	clean, err := ondisk.CleanName(name)
 	if err != nil {
 		return 0, nameErr(err)
 	}
 	sn, ntCase, needLFN, err := ondisk.MakeShortName(clean, d.n.vol.opts.ShortName, func(s ondisk.ShortName) bool {
-		_, used := d.shorts[s]
-		return used
+		o, used := d.shorts[s]
+		return used && o != replacing
 	})
 	if err != nil {
 		return 0, nameErr(err)
@@ -243,7 +245,7 @@ func (d *dirContent) insert(name string, e ondisk.DirEntry) (int, error) {
 	}
 	e.Encode(d.buf[o : o+ondisk.DirEntrySize])
 	d.markDirty(start, count*ondisk.DirEntrySize)
-	if start >= d.end {
+	if start+count*ondisk.DirEntrySize > d.end {
 		d.end = start + count*ondisk.DirEntrySize
 		// What lies past the new end may be left from an older, longer directory: the entry right
 		// after it must read as the end marker.
@@ -265,11 +267,11 @@ func (d *dirContent) insert(name string, e ondisk.DirEntry) (int, error) {
 // remove deletes the entry at off and its long-name entries.
 func (d *dirContent) remove(off int) {
 	s := d.slots[off]
+	e := d.entry(off)
 	for o := s.lfnOff; o <= off; o += ondisk.DirEntrySize {
 		ondisk.MarkDeleted(d.buf[o:])
 	}
 	d.markDirty(s.lfnOff, off+ondisk.DirEntrySize-s.lfnOff)
-	e := d.entry(off)
 	if d.names[ondisk.FoldName(s.name)] == off {
 		delete(d.names, ondisk.FoldName(s.name))
 	}

@@ -2,6 +2,7 @@ package fatvol
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -200,17 +201,23 @@ func (f *File) Close() error {
 	}
 	f.closed = true
 	n := f.n
+	var err error
+	if f.v.opts.Flush && f.flag&(os.O_WRONLY|os.O_RDWR) != 0 && !f.v.opts.ReadOnly {
+		if f.v.opts.FlushNoWait {
+			go f.v.flushNodeLater(n)
+		} else {
+			err = f.v.flushNode(n)
+		}
+	}
 	n.refs--
-	if n.refs > 0 || f.v.closed {
-		return nil
+	if n.refs == 0 && !f.v.closed {
+		if n.unlinked {
+			err = f.v.finish(n.freeClusters())
+		} else if !n.isRoot() {
+			n.parent.dir.forget(n)
+		}
 	}
-	if n.unlinked {
-		return pathErr2("close", f.name, f.v.finish(n.freeClusters()))
-	}
-	if !n.isRoot() {
-		n.parent.dir.forget(n)
-	}
-	return nil
+	return pathErr2("close", f.name, err)
 }
 
 // ReadDir reads the directory's entries in directory order, as fs.ReadDirFile: with count > 0 at
@@ -240,4 +247,34 @@ func (f *File) ReadDir(count int) ([]fs.DirEntry, error) {
 		return nil, io.EOF
 	}
 	return out, nil
+}
+
+// flushNode writes back a file's dirty data and the metadata that goes with it: the close-time
+// writeback of vfat's flush option, so a large copy leaves in a few large requests as soon as it
+// is closed instead of waiting for the background writer.
+func (v *Volume) flushNode(n *node) error {
+	if n.unlinked {
+		return nil
+	}
+	if _, err := n.extents(); err != nil {
+		return err
+	}
+	for _, r := range n.devRanges(0, int64(n.clusterCount())*int64(v.geo.ClusterSize)) {
+		if err := v.cache.flushRange(r.off, r.length, v.opts.MaxRequest); err != nil {
+			return fmt.Errorf("%s: %w", n.path(), err)
+		}
+	}
+	return v.writebackMeta()
+}
+
+// flushNodeLater is flushNode for a close that does not wait.
+func (v *Volume) flushNodeLater(n *node) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return
+	}
+	if err := v.flushNode(n); err != nil {
+		v.opts.Logger.Error("fatvol: close-time writeback failed", "device", v.name, "file", n.path(), "err", err)
+	}
 }

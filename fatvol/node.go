@@ -155,7 +155,7 @@ func (n *node) shrink(keep uint32) error {
 			freed = append(freed, e)
 		}
 	}
-	n.vol.fat.freeChain(freed)
+	n.vol.release(freed)
 	n.ext = kept
 	if len(kept) == 0 {
 		n.ent.SetCluster(0)

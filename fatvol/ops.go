@@ -57,15 +57,6 @@ func (v *Volume) resolveParent(name string) (*dirContent, string, error) {
 	return d, base, nil
 }
 
-// finish ends a mutating operation: in this engine metadata is written through at the end of
-// every operation, in the order writeback documents.
-func (v *Volume) finish(err error) error {
-	if werr := v.writeback(); err == nil {
-		err = werr
-	}
-	return err
-}
-
 // newEntry returns a short entry stamped with the current time as created, modified and accessed.
 func (v *Volume) newEntry(attr uint8) ondisk.DirEntry {
 	var e ondisk.DirEntry
@@ -119,7 +110,7 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode) (*File, error
 			if perm&0o222 == 0 {
 				attr |= ondisk.AttrReadOnly
 			}
-			off, err := d.insert(base, v.newEntry(attr))
+			off, err := d.insert(base, v.newEntry(attr), -1)
 			if err != nil {
 				return nil, v.finish(err)
 			}
@@ -173,9 +164,9 @@ func (v *Volume) mkdir(name string) error {
 	}
 	e := v.newEntry(ondisk.AttrDirectory)
 	e.SetCluster(got[0].start)
-	off, err := d.insert(base, e)
+	off, err := d.insert(base, e, -1)
 	if err != nil {
-		v.fat.freeChain(got)
+		v.release(got)
 		return err
 	}
 	d.n.touch(false)
@@ -278,7 +269,12 @@ func (v *Volume) RenameWithFlags(oldname, newname string, flags RenameFlags) err
 }
 
 func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
+	// Both parents first, then the entries, as rename(2) reports errors.
 	od, ob, err := v.resolveParent(oldname)
+	if err != nil {
+		return err
+	}
+	nd, nb, err := v.resolveParent(newname)
 	if err != nil {
 		return err
 	}
@@ -287,10 +283,6 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		return syscall.ENOENT
 	}
 	src := od.child(ooff)
-	nd, nb, err := v.resolveParent(newname)
-	if err != nil {
-		return err
-	}
 	clean, err := ondisk.CleanName(nb)
 	if err != nil {
 		return nameErr(err)
@@ -303,12 +295,13 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		}
 	}
 	toff, exists := nd.lookup(clean)
+	replacing := -1
 	if exists && nd == od && toff == ooff {
 		// The same entry: a no-op, or a change of case that needs a new name.
 		if od.slots[ooff].name == clean {
 			return nil
 		}
-		exists = false
+		exists, replacing = false, ooff
 	}
 	if exists && flags&RenameNoReplace != 0 {
 		return syscall.EEXIST
@@ -346,7 +339,7 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		od.remove(ooff)
 		src.moveTo(nd, toff)
 	} else {
-		off, err := nd.insert(clean, src.ent)
+		off, err := nd.insert(clean, src.ent, replacing)
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,9 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
-// Options configure an opened volume.
+// Options configure an opened volume. The zero value is the recommended configuration; the
+// knobs exist so that benchmarks can show each behaviour against the kernel's stock one with the
+// same code.
 type Options struct {
 	ReadOnly bool
 	// ShortName selects how short names are created and shown, as Linux's shortname= option.
@@ -25,7 +27,37 @@ type Options struct {
 	Logger *slog.Logger
 	// BlockSize overrides the device layer's choice of I/O block size (0 keeps it).
 	BlockSize int
+
+	// CacheBytes bounds the dirty file data held in memory (0: DefaultCacheBytes). Past half of it
+	// the background writer starts; at the bound a writer writes back before going on.
+	CacheBytes int64
+	// MaxRequest bounds one coalesced device write (0: DefaultMaxRequest).
+	MaxRequest int64
+	// DirtyExpire is how old dirty data may get before the background writer writes everything
+	// back (0: DefaultDirtyExpire).
+	DirtyExpire time.Duration
+
+	// Sync makes every operation durable when it returns, like the sync mount option.
+	Sync bool
+	// MirrorPerSector, with Sync, writes each FAT sector to each copy as its own synchronous
+	// request, as Linux did before batching its mirror writes. Only for comparison.
+	MirrorPerSector bool
+	// Flush starts writeback of a file's dirty data when it is closed, like vfat's flush option.
+	Flush bool
+	// FlushNoWait makes close return without waiting for that writeback (the kernel thread's
+	// wait=0); unmount and fsync still wait for everything.
+	FlushNoWait bool
+	// EntryPerWrite writes a file's directory entry after every write that changes it, instead of
+	// leaving it to writeback. Only for comparison.
+	EntryPerWrite bool
 }
+
+// Defaults for Options' zero values.
+const (
+	DefaultCacheBytes  = 64 << 20
+	DefaultMaxRequest  = 8 << 20
+	DefaultDirtyExpire = 5 * time.Second
+)
 
 // Volume is an open FAT file system. All methods are safe for concurrent use.
 type Volume struct {
@@ -39,9 +71,15 @@ type Volume struct {
 	fat  *table
 	root *node
 
+	cache         *pageCache
+	flusher       chan struct{} // wakes the background writer
+	stop          chan struct{} // closed at Close
+	done          chan struct{} // closed when the background writer is gone
+	dirtySince    time.Time     // when something first became dirty after the last writeback
 	fsinfo        ondisk.FSInfo // as last written
 	bootState     uint8         // state byte as on disk
 	dirtyDirs     map[*dirContent]struct{}
+	closing       bool
 	closed        bool
 	labelFromBoot bool
 }
@@ -79,6 +117,15 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}
 	if opts.Logger == nil {
 		v.opts.Logger = slog.Default()
+	}
+	if v.opts.CacheBytes <= 0 {
+		v.opts.CacheBytes = DefaultCacheBytes
+	}
+	if v.opts.MaxRequest <= 0 {
+		v.opts.MaxRequest = DefaultMaxRequest
+	}
+	if v.opts.DirtyExpire <= 0 {
+		v.opts.DirtyExpire = DefaultDirtyExpire
 	}
 	sector := make([]byte, 4096)
 	if _, err := dev.ReadAt(sector[:512], 0); err != nil {
@@ -130,6 +177,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
+	v.cache = newPageCache(dev, dev.BlockSize())
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
@@ -138,6 +186,8 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		if err := v.setState(v.bootState | ondisk.StateDirty); err != nil {
 			return nil, err
 		}
+		v.flusher, v.stop, v.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go v.backgroundWriter()
 	}
 	return v, nil
 }
@@ -186,11 +236,17 @@ func (v *Volume) syncLocked() error {
 func (v *Volume) Close() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.closed {
+	if v.closed || v.closing {
 		return nil
 	}
 	var err error
 	if !v.opts.ReadOnly {
+		// The background writer needs the lock to finish; let it go first.
+		v.closing = true
+		close(v.stop)
+		v.mu.Unlock()
+		<-v.done
+		v.mu.Lock()
 		err = v.syncLocked()
 		if err == nil {
 			err = v.setState(v.bootState &^ ondisk.StateDirty)

@@ -2,44 +2,101 @@ package fatvol
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
-// maxRequest bounds one coalesced device write.
-const maxRequest = 8 << 20
+// Write ordering. Whatever stops a write-back part way (a crash, a pulled stick), what reached the
+// disk must be a consistent volume, so every write-back goes in this order:
+//
+//  1. file data, so no entry or chain ever points at clusters whose data is still in memory;
+//  2. the FAT, every copy, so chains exist before entries point at them;
+//  3. directory entries;
+//  4. FSINFO, which is only a hint.
+//
+// In sync mode a device flush separates 1-2 from 3-4, so that even a device that reorders writes
+// cannot persist an entry before the chain it points to.
 
-// writeback writes every dirty piece of metadata to the device, in the order that keeps the
-// volume consistent if it stops part way: file data goes out before the metadata that points to
-// it (data is written when it is written), then the FAT copies, then directory entries, then
-// FSINFO. A crash between the FAT and the directories leaves at worst lost clusters, never an
-// entry that points to clusters the FAT does not hold for it.
+// writeback writes every dirty piece of data and metadata to the device, without a device flush.
 func (v *Volume) writeback() error {
-	var fatRanges []devRange
+	if err := v.writebackData(); err != nil {
+		return err
+	}
+	if err := v.writebackMeta(); err != nil {
+		return err
+	}
+	v.dirtySince = time.Time{}
+	return nil
+}
+
+// writebackData writes all dirty file data.
+func (v *Volume) writebackData() error {
+	if err := v.cache.flushRange(0, -1, v.opts.MaxRequest); err != nil {
+		return fmt.Errorf("%s: %w", v.name, err)
+	}
+	return nil
+}
+
+// writebackMeta writes the FAT copies, then directories, then FSINFO.
+func (v *Volume) writebackMeta() error {
+	if err := v.writebackFAT(); err != nil {
+		return err
+	}
+	if err := v.writebackDirs(); err != nil {
+		return err
+	}
+	return v.writeFSInfo()
+}
+
+// writebackFAT writes the dirty FAT sectors to every copy in use. Runs of dirty sectors go out
+// as single requests, and copy n's run ends where copy n+1's begins when the last sector of one
+// and the first of the next are both dirty, so they merge too. With MirrorPerSector (sync mode
+// only) it does what Linux did before batching: every sector of every copy its own write, each
+// waited for.
+func (v *Volume) writebackFAT() error {
 	ss := int64(v.geo.SectorSize)
+	var ranges []devRange
 	for _, run := range v.fat.dirtyRuns() {
-		buf := v.fat.raw[run.start*ss : (run.start+run.count)*ss]
 		for copy := 0; copy < v.geo.NumFATs; copy++ {
 			if v.geo.ActiveFAT >= 0 && copy != v.geo.ActiveFAT {
 				continue
 			}
-			fatRanges = append(fatRanges, devRange{off: v.geo.FATOffset(copy) + run.start*ss, length: int64(len(buf)), buf: buf})
+			if v.opts.Sync && v.opts.MirrorPerSector {
+				for s := run.start; s < run.start+run.count; s++ {
+					buf := v.fat.raw[s*ss : (s+1)*ss]
+					ranges = append(ranges, devRange{off: v.geo.FATOffset(copy) + s*ss, length: ss, buf: buf})
+				}
+				continue
+			}
+			buf := v.fat.raw[run.start*ss : (run.start+run.count)*ss]
+			ranges = append(ranges, devRange{off: v.geo.FATOffset(copy) + run.start*ss, length: int64(len(buf)), buf: buf})
 		}
 	}
-	if err := v.writeRanges(fatRanges); err != nil {
+	if v.opts.Sync && v.opts.MirrorPerSector {
+		for _, r := range ranges {
+			if _, err := v.dev.WriteAt(r.buf, r.off); err != nil {
+				return fmt.Errorf("%s: write FAT at %d: %w", v.name, r.off, err)
+			}
+			if err := v.dev.Flush(); err != nil {
+				return fmt.Errorf("%s: flush: %w", v.name, err)
+			}
+		}
+	} else if err := v.writeRanges(ranges); err != nil {
 		return err
 	}
 	v.fat.clearDirty()
+	return nil
+}
 
-	var dirRanges []devRange
+// writebackDirs writes the dirty sectors of every directory.
+func (v *Volume) writebackDirs() error {
+	var ranges []devRange
 	for d := range v.dirtyDirs {
-		dirRanges = append(dirRanges, d.dirtyRanges()...)
+		ranges = append(ranges, d.dirtyRanges()...)
 		delete(v.dirtyDirs, d)
 	}
-	if err := v.writeRanges(dirRanges); err != nil {
-		return err
-	}
-	return v.writeFSInfo()
+	return v.writeRanges(ranges)
 }
 
 // writeFSInfo brings FAT32's FSINFO sector up to date when its free count or hint changed.
@@ -64,8 +121,36 @@ func (v *Volume) writeFSInfo() error {
 	return nil
 }
 
+// durable writes everything back and makes it durable, with the flush between chains and entries
+// that sync mode promises.
+func (v *Volume) durable() error {
+	if err := v.writebackData(); err != nil {
+		return err
+	}
+	if err := v.writebackFAT(); err != nil {
+		return err
+	}
+	if err := v.flushDevice(); err != nil {
+		return err
+	}
+	if err := v.writebackDirs(); err != nil {
+		return err
+	}
+	if err := v.writeFSInfo(); err != nil {
+		return err
+	}
+	return v.flushDevice()
+}
+
+func (v *Volume) flushDevice() error {
+	if err := v.dev.Flush(); err != nil {
+		return fmt.Errorf("%s: flush: %w", v.name, err)
+	}
+	return nil
+}
+
 // writeRanges writes ranges sorted by offset, merging adjacent ones into single vectored requests
-// of at most maxRequest bytes.
+// of at most MaxRequest bytes.
 func (v *Volume) writeRanges(ranges []devRange) error {
 	sortRuns(ranges)
 	for i := 0; i < len(ranges); {
@@ -73,7 +158,7 @@ func (v *Volume) writeRanges(ranges []devRange) error {
 		bufs := [][]byte{ranges[i].buf}
 		end := start + int64(len(ranges[i].buf))
 		j := i + 1
-		for j < len(ranges) && ranges[j].off == end && end-start+int64(len(ranges[j].buf)) <= maxRequest {
+		for j < len(ranges) && ranges[j].off == end && end-start+int64(len(ranges[j].buf)) <= v.opts.MaxRequest {
 			bufs = append(bufs, ranges[j].buf)
 			end += int64(len(ranges[j].buf))
 			j++
@@ -90,4 +175,73 @@ func (v *Volume) writeRanges(ranges []devRange) error {
 		i = j
 	}
 	return nil
+}
+
+// finish ends a mutating operation. In sync mode everything it did is made durable now; with
+// EntryPerWrite the metadata goes out now (the stock behaviour benchmarks compare against);
+// otherwise it stays in memory for writeback, and only a writer past the dirty bound waits.
+func (v *Volume) finish(err error) error {
+	var werr error
+	switch {
+	case v.opts.Sync:
+		werr = v.durable()
+	case v.opts.EntryPerWrite:
+		werr = v.writebackMeta()
+	default:
+		if v.dirtySince.IsZero() {
+			v.dirtySince = time.Now()
+		}
+		werr = v.throttle()
+	}
+	if err == nil {
+		err = werr
+	}
+	return err
+}
+
+// throttle makes a writer that outruns the device wait: at the dirty bound it writes back
+// itself; past half of it, it wakes the background writer.
+func (v *Volume) throttle() error {
+	switch {
+	case v.cache.dirty >= v.opts.CacheBytes:
+		return v.writebackData()
+	case v.cache.dirty >= v.opts.CacheBytes/2:
+		select {
+		case v.flusher <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// backgroundWriter writes back when woken by a writer past half the dirty bound, and everything
+// once the oldest dirty data is older than DirtyExpire.
+func (v *Volume) backgroundWriter() {
+	defer close(v.done)
+	tick := time.NewTicker(max(v.opts.DirtyExpire/5, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		woken := false
+		select {
+		case <-v.stop:
+			return
+		case <-v.flusher:
+			woken = true
+		case <-tick.C:
+		}
+		v.mu.Lock()
+		if !v.closed {
+			var err error
+			switch {
+			case woken:
+				err = v.writebackData()
+			case !v.dirtySince.IsZero() && time.Since(v.dirtySince) >= v.opts.DirtyExpire:
+				err = v.writeback()
+			}
+			if err != nil {
+				v.opts.Logger.Error("fatvol: background writeback failed", "device", v.name, "err", err)
+			}
+		}
+		v.mu.Unlock()
+	}
 }
