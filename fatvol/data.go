@@ -209,3 +209,19 @@ func (v *Volume) release(ext []extent) {
 	}
 	v.fat.freeChain(ext)
 }
+
+// trimPrealloc frees clusters that fallocate kept past the end of the file, once nothing has it
+// open: FAT has no way to record them, and fsck.fat would call the longer chain an error. Linux
+// does the same when it evicts the inode (fat_free_eofblocks).
+func (n *node) trimPrealloc() error {
+	if n.isDir() || !n.chainOK {
+		return nil
+	}
+	if keep := n.vol.clustersFor(int64(n.ent.Size)); n.clusterCount() > keep {
+		if err := n.shrink(keep); err != nil {
+			return err
+		}
+		n.storeEntry()
+	}
+	return nil
+}

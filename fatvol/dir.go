@@ -287,11 +287,14 @@ func (d *dirContent) remove(off int) {
 // then the free tail, then growing the directory by whole clusters.
 func (d *dirContent) findFree(count int) (int, error) {
 	need := count * ondisk.DirEntrySize
-	run, runStart := 0, 0
+	run, runStart, firstHole := 0, 0, -1
 	for o := d.holeHint; o < d.end; o += ondisk.DirEntrySize {
 		if !ondisk.IsDeleted(d.buf[o:]) {
 			run = 0
 			continue
+		}
+		if firstHole < 0 {
+			firstHole = o
 		}
 		if run == 0 {
 			runStart = o
@@ -300,6 +303,11 @@ func (d *dirContent) findFree(count int) (int, error) {
 		if run == need {
 			return runStart, nil
 		}
+	}
+	// Remember where the first hole is, so the next search starts there, not at the beginning.
+	d.holeHint = d.end
+	if firstHole >= 0 {
+		d.holeHint = firstHole
 	}
 	// A run of deleted entries that reaches the end continues into the free tail.
 	start := d.end

@@ -214,6 +214,7 @@ func (f *File) Close() error {
 		if n.unlinked {
 			err = f.v.finish(n.freeClusters())
 		} else if !n.isRoot() {
+			err = f.v.finish(n.trimPrealloc())
 			n.parent.dir.forget(n)
 		}
 	}

@@ -71,12 +71,14 @@ type Volume struct {
 	fat  *table
 	root *node
 
+	blockSize     int // I/O block size: the cache's page size
 	cache         *pageCache
 	flusher       chan struct{} // wakes the background writer
 	stop          chan struct{} // closed at Close
 	done          chan struct{} // closed when the background writer is gone
 	dirtySince    time.Time     // when something first became dirty after the last writeback
 	fsinfo        ondisk.FSInfo // as last written
+	fsinfoRaw     []byte        // the FSINFO sector, once read
 	bootState     uint8         // state byte as on disk
 	dirtyDirs     map[*dirContent]struct{}
 	closing       bool
@@ -86,6 +88,9 @@ type Volume struct {
 
 // Geometry returns the volume's layout.
 func (v *Volume) Geometry() ondisk.Geometry { return v.geo }
+
+// BlockSize is the I/O block size in use: the device layer's choice or Options.BlockSize.
+func (v *Volume) BlockSize() int { return v.blockSize }
 
 // Device returns the device the volume lives on.
 func (v *Volume) Device() blockdev.Device { return v.dev }
@@ -143,17 +148,15 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, fmt.Errorf("%s: %w", v.name, err)
 	}
 	v.boot, v.geo, v.bootState = boot, geo, boot.State
-	if opts.BlockSize != 0 {
-		bs, ok := dev.(interface{ SetBlockSize(int) error })
-		if !ok {
-			return nil, fmt.Errorf("%s: device does not allow a block size override", v.name)
+	v.blockSize = dev.BlockSize()
+	if bs := opts.BlockSize; bs != 0 {
+		if bs&(bs-1) != 0 || bs < dev.LogicalBlockSize() || bs > 64<<10 {
+			return nil, fmt.Errorf("%s: block size %d is not a power of two from the logical block size %d to 64 KiB", v.name, bs, dev.LogicalBlockSize())
 		}
-		if err := bs.SetBlockSize(opts.BlockSize); err != nil {
-			return nil, fmt.Errorf("%s: %w", v.name, err)
-		}
+		v.blockSize = bs
 	}
 	v.opts.Logger.Info("fatvol: opened", "device", v.name, "type", geo.Type.String(),
-		"clusterSize", geo.ClusterSize, "clusters", geo.Clusters, "blockSize", dev.BlockSize(),
+		"clusterSize", geo.ClusterSize, "clusters", geo.Clusters, "blockSize", v.blockSize,
 		"readOnly", opts.ReadOnly)
 
 	raw := make([]byte, geo.FATBytes())
@@ -177,7 +180,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
-	v.cache = newPageCache(dev, dev.BlockSize())
+	v.cache = newPageCache(dev, v.blockSize)
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
@@ -247,7 +250,10 @@ func (v *Volume) Close() error {
 		v.mu.Unlock()
 		<-v.done
 		v.mu.Lock()
-		err = v.syncLocked()
+		err = v.trimOpenFiles(v.root)
+		if err == nil {
+			err = v.syncLocked()
+		}
 		if err == nil {
 			err = v.setState(v.bootState &^ ondisk.StateDirty)
 		}
@@ -280,3 +286,23 @@ var (
 	errClosed  = errors.New("volume is closed")
 	errCorrupt = errors.New("file system is corrupt")
 )
+
+// trimOpenFiles drops the preallocated clusters of files still open at Close, as their last
+// close would have.
+func (v *Volume) trimOpenFiles(n *node) error {
+	if n.dir == nil {
+		return nil
+	}
+	for _, c := range n.dir.children {
+		var err error
+		if c.isDir() {
+			err = v.trimOpenFiles(c)
+		} else if c.refs > 0 && !c.unlinked {
+			err = c.trimPrealloc()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

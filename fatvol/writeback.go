@@ -108,13 +108,16 @@ func (v *Volume) writeFSInfo() error {
 	if fi == v.fsinfo {
 		return nil
 	}
-	buf := make([]byte, v.geo.SectorSize)
 	off := v.geo.FSInfoSector * int64(v.geo.SectorSize)
-	if _, err := v.dev.ReadAt(buf, off); err != nil {
-		return fmt.Errorf("%s: read FSINFO: %w", v.name, err)
+	if v.fsinfoRaw == nil {
+		v.fsinfoRaw = make([]byte, v.geo.SectorSize)
+		if _, err := v.dev.ReadAt(v.fsinfoRaw, off); err != nil {
+			v.fsinfoRaw = nil
+			return fmt.Errorf("%s: read FSINFO: %w", v.name, err)
+		}
 	}
-	fi.Marshal(buf)
-	if _, err := v.dev.WriteAt(buf, off); err != nil {
+	fi.Marshal(v.fsinfoRaw)
+	if _, err := v.dev.WriteAt(v.fsinfoRaw, off); err != nil {
 		return fmt.Errorf("%s: write FSINFO: %w", v.name, err)
 	}
 	v.fsinfo = fi
