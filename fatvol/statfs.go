@@ -63,16 +63,19 @@ func labelString(b []byte) string {
 
 // SetLabel sets the volume label in both places it lives: the root directory's label entry (made
 // when missing) and the boot sector (and its FAT32 backup). Like mlabel and Windows it stores the
-// label upper-cased, at most 11 ASCII characters (fsck.fat refuses others); "" removes it.
+// label upper-cased, with mkfs.fat's rules for what a label may hold; "" removes it.
 func (v *Volume) SetLabel(label string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.writable(); err != nil {
 		return err
 	}
-	raw, err := encodeLabel(label)
+	raw, err := ondisk.EncodeLabel(strings.ToUpper(label))
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", syscall.EINVAL, err)
+	}
+	if raw == ondisk.NoName {
+		label = ""
 	}
 	return v.finish(v.setLabel(label, raw))
 }
@@ -86,7 +89,6 @@ func (v *Volume) setLabel(label string, raw [11]byte) error {
 			d.holeHint = min(d.holeHint, d.labelOff)
 			d.labelOff = -1
 		}
-		raw = [11]byte{'N', 'O', ' ', 'N', 'A', 'M', 'E', ' ', ' ', ' ', ' '}
 	} else {
 		if d.labelOff < 0 {
 			off, err := d.findFree(1)
@@ -132,26 +134,4 @@ func (v *Volume) setLabel(label string, raw [11]byte) error {
 		}
 	}
 	return nil
-}
-
-// encodeLabel turns a label into its 11 stored bytes, refusing what a short name cannot hold.
-func encodeLabel(label string) ([11]byte, error) {
-	var raw [11]byte
-	for i := range raw {
-		raw[i] = ' '
-	}
-	i := 0
-	for _, r := range strings.ToUpper(label) {
-		// fsck.fat accepts only ASCII in labels, whatever the code page.
-		b := byte(r)
-		if r < 0x20 || r >= 0x7F || strings.ContainsRune(`*?<>|"\/:.+,;=[]`, r) {
-			return raw, fmt.Errorf("label %q: %q cannot be part of a FAT label: %w", label, r, syscall.EINVAL)
-		}
-		if i == len(raw) {
-			return raw, fmt.Errorf("label %q is longer than 11 bytes: %w", label, syscall.EINVAL)
-		}
-		raw[i] = b
-		i++
-	}
-	return raw, nil
 }

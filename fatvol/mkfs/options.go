@@ -80,7 +80,7 @@ func (o *Options) validate() error {
 	if o.Heads < 0 || o.Heads > 0xFFFF || o.SectorsPerTrack < 0 || o.SectorsPerTrack > 0xFFFF {
 		return bad("geometry %d heads / %d sectors per track is out of range 1..65535", o.Heads, o.SectorsPerTrack)
 	}
-	if _, err := encodeLabel(o.Label); err != nil {
+	if _, err := ondisk.EncodeLabel(o.Label); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return nil

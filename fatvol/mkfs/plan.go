@@ -78,7 +78,7 @@ func plan(size int64, opts Options, now time.Time) (*layout, error) {
 	if size < int64(ss) {
 		return nil, fmt.Errorf("%w: %d bytes is smaller than one %d-byte sector", ErrNoFit, size, ss)
 	}
-	label, _ := encodeLabel(opts.Label) // validated above
+	label, _ := ondisk.EncodeLabel(opts.Label) // validated above
 	numFATs := opts.NumFATs
 	if numFATs == 0 {
 		numFATs = 2
@@ -186,7 +186,7 @@ func plan(size int64, opts Options, now time.Time) (*layout, error) {
 	}
 	l := &layout{
 		bs: bs, fatType: r.fatType, sectorSize: ss, clusters: r.chosen.clusters, fatSectors: r.chosen.fatSectors,
-		label: label, labelEntry: label != noName, createTime: opts.CreateTime, mbr: opts.MBR,
+		label: label, labelEntry: label != ondisk.NoName, createTime: opts.CreateTime, mbr: opts.MBR,
 	}
 	if l.createTime.IsZero() {
 		l.createTime = now

@@ -1,4 +1,4 @@
-package mkfs
+package ondisk
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// noName is what the boot sector holds when the volume has no label.
-var noName = [11]byte{'N', 'O', ' ', 'N', 'A', 'M', 'E', ' ', ' ', ' ', ' '}
+// NoName is what the boot sector holds when the volume has no label.
+var NoName = [11]byte{'N', 'O', ' ', 'N', 'A', 'M', 'E', ' ', ' ', ' ', ' '}
 
 // ErrBadLabel reports a label mkfs.fat would refuse.
 var ErrBadLabel = errors.New("bad volume label")
@@ -16,11 +16,11 @@ var ErrBadLabel = errors.New("bad volume label")
 // validate_volume_label).
 const labelForbidden = "\"*+,./:;<=>?[\\]|"
 
-// encodeLabel turns a label into its 11 space-padded bytes, with mkfs.fat's rules: at most 11
+// EncodeLabel turns a label into its 11 space-padded bytes, with mkfs.fat's rules: at most 11
 // characters, none forbidden, no leading space. Case is kept (mkfs.fat only warns on lower case).
 // Bytes of 0x80 and up are refused: mkfs.fat compares them as signed chars, so it rejects every
 // non-ASCII label as "characters below 0x20". An empty or all-space label means no label.
-func encodeLabel(label string) ([11]byte, error) {
+func EncodeLabel(label string) ([11]byte, error) {
 	var out [11]byte
 	if len(label) > 11 {
 		return out, fmt.Errorf("%w %q: longer than 11 characters", ErrBadLabel, label)
@@ -35,7 +35,7 @@ func encodeLabel(label string) ([11]byte, error) {
 		}
 	}
 	if strings.TrimLeft(label, " ") == "" {
-		return noName, nil
+		return NoName, nil
 	}
 	if label[0] == ' ' {
 		return out, fmt.Errorf("%w %q: cannot start with a space", ErrBadLabel, label)
