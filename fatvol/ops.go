@@ -308,6 +308,13 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 	}
 	if exists {
 		tgt := nd.child(toff)
+		// A target that is an ancestor of the source is never empty (rename(2) checks this
+		// before the types).
+		for a := od.n; a != nil; a = a.parent {
+			if a == tgt {
+				return syscall.ENOTEMPTY
+			}
+		}
 		if tgt.isDir() {
 			if !src.isDir() {
 				return syscall.EISDIR

@@ -200,9 +200,17 @@ func (v *Volume) setState(state uint8) error {
 	if state == v.bootState {
 		return nil
 	}
+	// The backup boot sector gets the same byte: fsck.fat compares the two and would otherwise
+	// report every volume in use as differing from its backup.
 	b := []byte{state}
-	if _, err := v.dev.WriteAt(b, int64(v.boot.StateOffset())); err != nil {
-		return fmt.Errorf("%s: write boot sector state: %w", v.name, err)
+	sectors := []int64{0}
+	if v.geo.BackupBootSector != 0 {
+		sectors = append(sectors, v.geo.BackupBootSector)
+	}
+	for _, s := range sectors {
+		if _, err := v.dev.WriteAt(b, s*int64(v.geo.SectorSize)+int64(v.boot.StateOffset())); err != nil {
+			return fmt.Errorf("%s: write boot sector state: %w", v.name, err)
+		}
 	}
 	if err := v.dev.Flush(); err != nil {
 		return fmt.Errorf("%s: flush: %w", v.name, err)
