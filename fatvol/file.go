@@ -265,7 +265,11 @@ func (v *Volume) flushNode(n *node) error {
 			return fmt.Errorf("%s: %w", n.path(), err)
 		}
 	}
-	return v.writebackMeta()
+	// FSINFO is a hint and waits for the next full writeback: one request less per close.
+	if err := v.writebackFAT(); err != nil {
+		return err
+	}
+	return v.writebackDirs()
 }
 
 // flushNodeLater is flushNode for a close that does not wait.

@@ -473,37 +473,47 @@ func seedAppend(b *bench) ([]row, error) {
 func manyFiles(b *bench) ([]row, error) {
 	var rows []row
 	var walls []time.Duration
+	// The best of three runs of each size, so that a pause of the machine does not pass for
+	// the engine's cost.
 	for _, n := range []int{1000, 10000} {
-		path, err := b.image(256*MiB, mkfs.Options{FATType: ondisk.FAT32})
-		if err != nil {
-			return nil, err
-		}
-		v, c, err := open(path, fatvol.Options{}, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := v.Mkdir("d"); err != nil {
-			return nil, err
-		}
-		start := time.Now()
-		for i := range n {
-			f, err := v.OpenFile(fmt.Sprintf("d/file-%05d.dat", i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		best := time.Duration(0)
+		var bestStats blockdev.Stats
+		for range 3 {
+			path, err := b.image(256*MiB, mkfs.Options{FATType: ondisk.FAT32})
 			if err != nil {
 				return nil, err
 			}
-			f.Close()
+			v, c, err := open(path, fatvol.Options{}, nil)
+			if err != nil {
+				return nil, err
+			}
+			if err := v.Mkdir("d"); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			for i := range n {
+				f, err := v.OpenFile(fmt.Sprintf("d/file-%05d.dat", i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+				if err != nil {
+					return nil, err
+				}
+				f.Close()
+			}
+			wall := time.Since(start)
+			if err := v.Close(); err != nil {
+				return nil, err
+			}
+			if err := fsckClean(path); err != nil {
+				return nil, err
+			}
+			if best == 0 || wall < best {
+				best, bestStats = wall, c.Stats()
+			}
 		}
-		wall := time.Since(start)
-		walls = append(walls, wall)
-		if err := v.Close(); err != nil {
-			return nil, err
-		}
-		if err := fsckClean(path); err != nil {
-			return nil, err
-		}
-		rows = append(rows, row{variant: fmt.Sprintf("%5d files", n), stats: c.Stats(), wall: wall})
+		walls = append(walls, best)
+		rows = append(rows, row{variant: fmt.Sprintf("%5d files", n), stats: bestStats, wall: best})
 	}
-	rows[1].notes = []string{fmt.Sprintf("time(10k)/time(1k) = %.1f (linear: 10)", float64(walls[1])/float64(walls[0]))}
+	rows[1].notes = []string{fmt.Sprintf("time(10k)/time(1k) = %.1f (linear: 10); %.1f µs a create at 1k, %.1f µs at 10k",
+		float64(walls[1])/float64(walls[0]), float64(walls[0].Nanoseconds())/1e3/1000, float64(walls[1].Nanoseconds())/1e3/10000)}
 	return rows, nil
 }
 
