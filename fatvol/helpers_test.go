@@ -135,7 +135,7 @@ func mtools(t testing.TB, img string, tool string, args ...string) string {
 	requireTools(t, tool)
 	full := append([]string{"-i", img}, args...)
 	cmd := exec.Command(tool, full...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "MTOOLS_SKIP_CHECK=1", "MTOOLSRC=/dev/null")
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "TZ=UTC", "MTOOLS_SKIP_CHECK=1", "MTOOLSRC=/dev/null")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -10,12 +10,7 @@ import (
 // expectedFiles lists the tree's files for fstest.TestFS, which checks that they exist and that
 // nothing else behaves inconsistently.
 func (tr *tree) expectedFiles() []string {
-	var out []string
-	out = append(out, tr.sortedFiles()...)
-	for _, d := range tr.sortedDirs() {
-		out = append(out, d)
-	}
-	return out
+	return append(tr.sortedFiles(), tr.sortedDirs()...)
 }
 
 // TestIOFSEngineWritten runs io/fs's own conformance test over a volume the engine populated.

@@ -584,9 +584,7 @@ func (mr *modelRun) opHandle() {
 	case k < 7:
 		off := mr.randomOffset(len(h.n.data))
 		length := int64(mr.r.IntN(2*mr.cs) + 1)
-		// Keep-size preallocation is left to TestFallocateKeepSize: the clusters it holds past
-		// the end must be released at the last close, which the model does not follow.
-		keep := false
+		keep := mr.r.IntN(2) == 0
 		mr.logf("handle %d (%q) fallocate %d+%d keep=%v", i, h.f.Name(), off, length, keep)
 		if err := h.f.Fallocate(off, length, keep); err != nil {
 			mr.fatalf("handle fallocate %q: %v", h.f.Name(), err)
