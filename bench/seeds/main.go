@@ -102,6 +102,7 @@ type row struct {
 	stats   blockdev.Stats
 	wall    time.Duration
 	notes   []string
+	unmount blockdev.Stats // seed 003: what was left for unmount
 }
 
 type workload struct {
@@ -321,7 +322,7 @@ func seedCopy(b *bench) ([]row, error) {
 				human(um.BytesWritten), um.Writes, modelled(um))}
 			rows = append(rows, row{
 				variant: fmt.Sprintf("%s %d x %s", va.name, sh.count, human(sh.size)),
-				stats:   total, wall: wall, notes: notes,
+				stats:   total, wall: wall, notes: notes, unmount: um,
 			})
 		}
 	}
