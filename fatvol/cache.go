@@ -3,6 +3,7 @@ package fatvol
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 )
@@ -14,14 +15,28 @@ const unitSize = 512
 
 // pageCache holds file data that has been written but not yet written back, in pages of the
 // device's block size keyed by device offset. Only dirty data is kept: reads go to the device and
-// see dirty units overlaid, so memory is bounded by the dirty limit alone. Writeback walks the
-// dirty pages in device order and sends adjacent dirty units as one vectored request.
+// see dirty units overlaid, so memory is bounded by the dirty limit alone. Writeback detaches the
+// dirty pages into a batch, which is written in device order, adjacent dirty units sent as one
+// vectored request, while new writes go on into fresh pages: a batch in flight is never changed.
+//
+// The volume lock guards everything but what a batch finishing touches, which mu guards, so that
+// a batch can be written and finished without the volume lock.
 type pageCache struct {
-	dev      blockdev.Device
+	dev      blockdev.Device // the raw device: the caller orders batch writes with other writes
 	pageSize int64
-	pages    map[int64]*page // by page index (device offset / pageSize)
-	dirty    int64           // dirty bytes
+
+	mu       sync.Mutex
+	pages    map[int64]*page // dirty pages by page index (device offset / pageSize)
+	inflight map[int64]*page // pages of the batch being written
+	dirty    int64           // dirty bytes in pages
 	free     [][]byte        // page buffers to reuse
+}
+
+// batch is a set of detached dirty pages, sorted by index.
+type batch struct {
+	idxs  []int64
+	pages []*page
+	bytes int64
 }
 
 // page is one cached block; bit i of dirty covers unit i.
@@ -32,7 +47,7 @@ type page struct {
 
 func newPageCache(dev blockdev.Device, pageSize int) *pageCache {
 	ps := int64(max(unitSize, min(pageSize, 64*unitSize)))
-	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}}
+	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{}}
 }
 
 func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
@@ -42,6 +57,8 @@ func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
 // bytes at or after that device offset need not be kept (they lie past the end of the file), in
 // which case they read as zero and no read is needed.
 func (c *pageCache) write(p []byte, off int64, keepFrom int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for len(p) > 0 {
 		idx := off / c.pageSize
 		in := off - idx*c.pageSize
@@ -68,6 +85,11 @@ func (c *pageCache) write(p []byte, off int64, keepFrom int64) error {
 				clear(pg.data[us : us+unitSize])
 				continue
 			}
+			// A batch in flight may hold the newest bytes; the device may not have them yet.
+			if old := c.inflight[idx]; old != nil && old.dirty&(1<<u) != 0 {
+				copy(pg.data[us:us+unitSize], old.data[us:us+unitSize])
+				continue
+			}
 			if _, err := c.dev.ReadAt(pg.data[us:us+unitSize], devUnit); err != nil {
 				return fmt.Errorf("read for partial write at %d: %w", devUnit, err)
 			}
@@ -88,23 +110,27 @@ func (c *pageCache) write(p []byte, off int64, keepFrom int64) error {
 // overlay copies the dirty units that fall in [off, off+len(p)) over p, which was read from the
 // device.
 func (c *pageCache) overlay(p []byte, off int64) {
-	if len(c.pages) == 0 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pages) == 0 && len(c.inflight) == 0 {
 		return
 	}
 	end := off + int64(len(p))
 	for idx := off / c.pageSize; idx*c.pageSize < end; idx++ {
-		pg := c.pages[idx]
-		if pg == nil {
-			continue
-		}
-		for u := int64(0); u < c.unitsPerPage(); u++ {
-			if pg.dirty&(1<<u) == 0 {
+		// Data in flight first, then the newer dirty data over it.
+		for _, pg := range []*page{c.inflight[idx], c.pages[idx]} {
+			if pg == nil {
 				continue
 			}
-			us := idx*c.pageSize + u*unitSize
-			lo, hi := max(us, off), min(us+unitSize, end)
-			if lo < hi {
-				copy(p[lo-off:hi-off], pg.data[lo-idx*c.pageSize:hi-idx*c.pageSize])
+			for u := int64(0); u < c.unitsPerPage(); u++ {
+				if pg.dirty&(1<<u) == 0 {
+					continue
+				}
+				us := idx*c.pageSize + u*unitSize
+				lo, hi := max(us, off), min(us+unitSize, end)
+				if lo < hi {
+					copy(p[lo-off:hi-off], pg.data[lo-idx*c.pageSize:hi-idx*c.pageSize])
+				}
 			}
 		}
 	}
@@ -113,6 +139,8 @@ func (c *pageCache) overlay(p []byte, off int64) {
 // discard drops dirty data in [off, off+length): the clusters were freed and their data must
 // never reach the disk, where they may by then belong to something else.
 func (c *pageCache) discard(off, length int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.pages) == 0 {
 		return
 	}
@@ -135,40 +163,42 @@ func (c *pageCache) discard(off, length int64) {
 	}
 }
 
-// dirtyIn tells whether any dirty data lies in [off, off+length).
-func (c *pageCache) dirtyIn(off, length int64) bool {
-	if len(c.pages) == 0 {
-		return false
-	}
-	for idx := off / c.pageSize; idx*c.pageSize < off+length; idx++ {
-		if c.pages[idx] != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// flushRange writes back the dirty pages that intersect [off, off+length) (whole pages), or all
-// of them when length < 0, in device order, coalescing adjacent dirty units into requests of at
-// most maxReq bytes.
-func (c *pageCache) flushRange(off, length int64, maxReq int64) error {
-	var idxs []int64
+// detach takes the dirty pages that intersect [off, off+length) (all of them when length < 0)
+// out of the cache into a batch, in flight until complete.
+func (c *pageCache) detach(off, length int64) *batch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := &batch{}
 	if length < 0 {
-		idxs = make([]int64, 0, len(c.pages))
+		b.idxs = make([]int64, 0, len(c.pages))
 		for idx := range c.pages {
-			idxs = append(idxs, idx)
+			b.idxs = append(b.idxs, idx)
 		}
-	} else {
+	} else if len(c.pages) > 0 {
 		for idx := off / c.pageSize; idx*c.pageSize < off+length; idx++ {
 			if c.pages[idx] != nil {
-				idxs = append(idxs, idx)
+				b.idxs = append(b.idxs, idx)
 			}
 		}
 	}
-	if len(idxs) == 0 {
-		return nil
+	slices.Sort(b.idxs)
+	for _, idx := range b.idxs {
+		pg := c.pages[idx]
+		delete(c.pages, idx)
+		// No page of an earlier batch is still in flight: the caller holds the volume's
+		// write-ordering lock from before detach until after complete.
+		c.inflight[idx] = pg
+		n := int64(countBits(pg.dirty)) * unitSize
+		c.dirty -= n
+		b.bytes += n
+		b.pages = append(b.pages, pg)
 	}
-	slices.Sort(idxs)
+	return b
+}
+
+// writeBatch writes a detached batch in device order, adjacent dirty units coalesced into
+// requests of at most maxReq bytes. It needs no lock: the batch's pages do not change.
+func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 	var (
 		bufs  [][]byte
 		start int64 = -1
@@ -184,44 +214,74 @@ func (c *pageCache) flushRange(off, length int64, maxReq int64) error {
 		} else {
 			_, err = c.dev.WritevAt(bufs, start)
 		}
+		if err != nil {
+			err = fmt.Errorf("write back at %d: %w", start, err)
+		}
 		bufs, start, size = bufs[:0], -1, 0
 		return err
 	}
-	for _, idx := range idxs {
-		pg := c.pages[idx]
+	for i, idx := range b.idxs {
+		pg := b.pages[i]
 		for u := int64(0); u < c.unitsPerPage(); u++ {
 			if pg.dirty&(1<<u) == 0 {
 				continue
 			}
 			at := idx*c.pageSize + u*unitSize
-			b := pg.data[u*unitSize : (u+1)*unitSize]
+			buf := pg.data[u*unitSize : (u+1)*unitSize]
 			if start >= 0 && (start+size != at || size+unitSize > maxReq) {
 				if err := send(); err != nil {
-					return fmt.Errorf("write back at %d: %w", start, err)
+					return err
 				}
 			}
 			if start < 0 {
 				start = at
 			}
 			// Units of one page that follow each other share one slice.
-			if k := len(bufs); k > 0 && sameArray(bufs[k-1], b) {
+			if k := len(bufs); k > 0 && sameArray(bufs[k-1], buf) {
 				bufs[k-1] = bufs[k-1][:len(bufs[k-1])+unitSize]
 			} else {
-				bufs = append(bufs, b)
+				bufs = append(bufs, buf)
 			}
 			size += unitSize
 		}
 	}
-	if err := send(); err != nil {
-		return fmt.Errorf("write back at %d: %w", start, err)
+	return send()
+}
+
+// complete ends a batch. After a failed write its data is dirty again, under any newer data
+// written meanwhile, so nothing is lost and a later writeback tries again.
+func (c *pageCache) complete(b *batch, failed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, idx := range b.idxs {
+		old := b.pages[i]
+		delete(c.inflight, idx)
+		if !failed {
+			c.recycle(old)
+			continue
+		}
+		cur := c.pages[idx]
+		if cur == nil {
+			c.pages[idx] = old
+			c.dirty += int64(countBits(old.dirty)) * unitSize
+			continue
+		}
+		for u := int64(0); u < c.unitsPerPage(); u++ {
+			if old.dirty&(1<<u) != 0 && cur.dirty&(1<<u) == 0 {
+				copy(cur.data[u*unitSize:(u+1)*unitSize], old.data[u*unitSize:(u+1)*unitSize])
+				cur.dirty |= 1 << u
+				c.dirty += unitSize
+			}
+		}
+		c.recycle(old)
 	}
-	// Only now, with everything written, drop the pages: a failed write keeps them dirty.
-	for _, idx := range idxs {
-		pg := c.pages[idx]
-		c.dirty -= int64(countBits(pg.dirty)) * unitSize
-		c.release(idx, pg)
-	}
-	return nil
+}
+
+// dirtyBytes is the amount of dirty data not yet in flight.
+func (c *pageCache) dirtyBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dirty
 }
 
 // sameArray tells whether b starts right where a ends in the same backing array.
@@ -248,7 +308,12 @@ func (c *pageCache) newBuf() []byte {
 
 func (c *pageCache) release(idx int64, pg *page) {
 	delete(c.pages, idx)
+	c.recycle(pg)
+}
+
+func (c *pageCache) recycle(pg *page) {
 	if len(c.free) < 256 {
+		pg.dirty = 0
 		c.free = append(c.free, pg.data)
 	}
 }

@@ -117,8 +117,11 @@ func (n *node) zeroRange(from, to int64) error {
 			return err
 		}
 		at += k
-		if err := n.vol.throttle(); err != nil {
-			return err
+		// In the middle of an operation the writer must keep the lock while it waits.
+		if n.vol.cache.dirtyBytes() >= n.vol.opts.CacheBytes {
+			if err := n.vol.writebackData(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -195,6 +198,7 @@ func (n *node) freeClusters() error {
 	}
 	n.vol.release(n.ext)
 	n.ext = nil
+	delete(n.vol.orphans, n)
 	if n.dir != nil {
 		delete(n.vol.dirtyDirs, n.dir)
 	}

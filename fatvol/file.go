@@ -261,7 +261,7 @@ func (v *Volume) flushNode(n *node) error {
 		return err
 	}
 	for _, r := range n.devRanges(0, int64(n.clusterCount())*int64(v.geo.ClusterSize)) {
-		if err := v.cache.flushRange(r.off, r.length, v.opts.MaxRequest); err != nil {
+		if err := v.writebackRange(r.off, r.length); err != nil {
 			return fmt.Errorf("%s: %w", n.path(), err)
 		}
 	}

@@ -126,12 +126,14 @@ func (v *Volume) openFile(name string, flag int, perm fs.FileMode) (*File, error
 			return nil, v.finish(err)
 		}
 	}
+	// Held before finish, which may let go of the lock: an unlink meanwhile must see the handle.
+	n.refs++
 	if flag&writeFlags != 0 {
 		if err := v.finish(nil); err != nil {
+			n.refs--
 			return nil, err
 		}
 	}
-	n.refs++
 	return &File{v: v, n: n, name: name, flag: flag}, nil
 }
 
@@ -223,10 +225,16 @@ func (v *Volume) remove(name string) error {
 	}
 	d.remove(off)
 	d.n.touch(false)
-	c.unlinked = true
-	if c.refs == 0 {
-		return c.freeClusters()
+	return c.unlink()
+}
+
+// unlink marks a node whose entry is gone: its clusters are freed now, or at its last close.
+func (n *node) unlink() error {
+	n.unlinked = true
+	if n.refs == 0 {
+		return n.freeClusters()
 	}
+	n.vol.orphans[n] = struct{}{}
 	return nil
 }
 
@@ -337,11 +345,8 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		e.Name, e.NTCase = old.Name, old.NTCase
 		nd.putEntry(toff, &e)
 		delete(nd.children, toff)
-		tgt.unlinked = true
-		if tgt.refs == 0 {
-			if err := tgt.freeClusters(); err != nil {
-				return err
-			}
+		if err := tgt.unlink(); err != nil {
+			return err
 		}
 		od.remove(ooff)
 		src.moveTo(nd, toff)

@@ -61,7 +61,11 @@ const (
 
 // Volume is an open FAT file system. All methods are safe for concurrent use.
 type Volume struct {
-	mu   sync.Mutex
+	mu sync.Mutex
+	// io orders device writes: a batch of file data written without mu holds it from detach to
+	// complete, and every other write and flush takes it (through dev), so nothing written later
+	// can land before data of an earlier batch.
+	io   sync.Mutex
 	dev  blockdev.Device
 	name string // for messages: the device's path when known
 	geo  ondisk.Geometry
@@ -81,6 +85,7 @@ type Volume struct {
 	fsinfoRaw     []byte        // the FSINFO sector, once read
 	bootState     uint8         // state byte as on disk
 	dirtyDirs     map[*dirContent]struct{}
+	orphans       map[*node]struct{} // removed while open: their clusters go at the last close
 	closing       bool
 	closed        bool
 	labelFromBoot bool
@@ -93,7 +98,7 @@ func (v *Volume) Geometry() ondisk.Geometry { return v.geo }
 func (v *Volume) BlockSize() int { return v.blockSize }
 
 // Device returns the device the volume lives on.
-func (v *Volume) Device() blockdev.Device { return v.dev }
+func (v *Volume) Device() blockdev.Device { return v.dev.(*orderedDevice).Device }
 
 // OpenImage opens the image file or block device at path.
 func OpenImage(path string, opts Options) (*Volume, error) {
@@ -113,7 +118,8 @@ func OpenImage(path string, opts Options) (*Volume, error) {
 // Open reads and validates the boot sector and the FAT, and, unless read-only, marks the volume
 // dirty until Close. The caller keeps ownership of dev only if Open fails.
 func Open(dev blockdev.Device, opts Options) (*Volume, error) {
-	v := &Volume{dev: dev, opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}}
+	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}}
+	v.dev = &orderedDevice{Device: dev, mu: &v.io}
 	if p, ok := dev.(interface{ Path() string }); ok {
 		v.name = p.Path()
 	}
@@ -259,6 +265,12 @@ func (v *Volume) Close() error {
 		<-v.done
 		v.mu.Lock()
 		err = v.trimOpenFiles(v.root)
+		// Files removed while open lose their clusters now, as at their last close.
+		for n := range v.orphans {
+			if ferr := n.freeClusters(); err == nil {
+				err = ferr
+			}
+		}
 		if err == nil {
 			err = v.syncLocked()
 		}
@@ -313,4 +325,28 @@ func (v *Volume) trimOpenFiles(n *node) error {
 		}
 	}
 	return nil
+}
+
+// orderedDevice makes every write and flush wait for a batch of file data in flight.
+type orderedDevice struct {
+	blockdev.Device
+	mu *sync.Mutex
+}
+
+func (d *orderedDevice) WriteAt(p []byte, off int64) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Device.WriteAt(p, off)
+}
+
+func (d *orderedDevice) WritevAt(bufs [][]byte, off int64) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Device.WritevAt(bufs, off)
+}
+
+func (d *orderedDevice) Flush() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Device.Flush()
 }

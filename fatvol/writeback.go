@@ -30,9 +30,35 @@ func (v *Volume) writeback() error {
 	return nil
 }
 
-// writebackData writes all dirty file data.
-func (v *Volume) writebackData() error {
-	if err := v.cache.flushRange(0, -1, v.opts.MaxRequest); err != nil {
+// writebackData writes the dirty file data in [off, off+length) (all of it when length < 0),
+// holding the volume lock throughout.
+func (v *Volume) writebackData() error { return v.writebackRange(0, -1) }
+
+func (v *Volume) writebackRange(off, length int64) error {
+	v.io.Lock()
+	defer v.io.Unlock()
+	b := v.cache.detach(off, length)
+	err := v.cache.writeBatch(b, v.opts.MaxRequest)
+	v.cache.complete(b, err != nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.name, err)
+	}
+	return nil
+}
+
+// writebackDataUnlocked writes all dirty file data while letting other operations go on: it is
+// called with the volume lock held and returns with it held, but lets go of it while the batch
+// is written. Only the end of an operation may call it: what the caller looked at before may
+// have changed when it returns.
+func (v *Volume) writebackDataUnlocked() error {
+	v.io.Lock()
+	b := v.cache.detach(0, -1)
+	v.mu.Unlock()
+	err := v.cache.writeBatch(b, v.opts.MaxRequest)
+	v.cache.complete(b, err != nil)
+	v.io.Unlock()
+	v.mu.Lock()
+	if err != nil {
 		return fmt.Errorf("%s: %w", v.name, err)
 	}
 	return nil
@@ -203,12 +229,13 @@ func (v *Volume) finish(err error) error {
 }
 
 // throttle makes a writer that outruns the device wait: at the dirty bound it writes back
-// itself; past half of it, it wakes the background writer.
+// itself; past half of it, it wakes the background writer. Dirty data plus the batch in flight
+// stay under twice the bound.
 func (v *Volume) throttle() error {
-	switch {
-	case v.cache.dirty >= v.opts.CacheBytes:
-		return v.writebackData()
-	case v.cache.dirty >= v.opts.CacheBytes/2:
+	switch dirty := v.cache.dirtyBytes(); {
+	case dirty >= v.opts.CacheBytes:
+		return v.writebackDataUnlocked()
+	case dirty >= v.opts.CacheBytes/2:
 		select {
 		case v.flusher <- struct{}{}:
 		default:
@@ -237,7 +264,7 @@ func (v *Volume) backgroundWriter() {
 			var err error
 			switch {
 			case woken:
-				err = v.writebackData()
+				err = v.writebackDataUnlocked()
 			case !v.dirtySince.IsZero() && time.Since(v.dirtySince) >= v.opts.DirtyExpire:
 				err = v.writeback()
 			}

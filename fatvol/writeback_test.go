@@ -135,7 +135,7 @@ func TestWritebackBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		v.mu.Lock()
-		dirty := v.cache.dirty
+		dirty := v.cache.dirtyBytes()
 		v.mu.Unlock()
 		if dirty > bound {
 			t.Fatalf("after write %d: %d bytes dirty, bound %d", i, dirty, bound)
