@@ -2,4 +2,7 @@ module github.com/csi-fat/csi-fat
 
 go 1.26.8
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	golang.org/x/sys v0.50.0 // indirect
+)

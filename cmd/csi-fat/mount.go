@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatvol"
+)
+
+func init() {
+	register(&command{name: "mount", summary: "serve a FAT image or device through FUSE until unmounted", run: runMount})
+}
+
+// mountOptionList collects -o values; mount(8) allows the flag more than once.
+type mountOptionList []string
+
+func (l *mountOptionList) String() string     { return strings.Join(*l, ",") }
+func (l *mountOptionList) Set(s string) error { *l = append(*l, s); return nil }
+
+func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
+	var opts mountOptionList
+	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Var(&opts, "o", "comma-separated mount options, as for Linux vfat (below); may be repeated")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: csi-fat mount [-o OPTIONS] IMAGE|DEVICE MOUNTPOINT\n\n"+
+			"Serve the FAT file system on IMAGE or DEVICE at MOUNTPOINT through FUSE, in the foreground,\n"+
+			"until it is unmounted (fusermount3 -u MOUNTPOINT, umount MOUNTPOINT) or the process gets\n"+
+			"SIGINT or SIGTERM. Then everything is written back, the volume is marked clean, and the\n"+
+			"exit status is 0. -o may also follow the operands.\n\noptions:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(out, "\nmount options (-o):\n%s", fatfuse.OptionsHelp)
+	}
+	return fs, &opts
+}
+
+// parseMountArgs takes flags before, between and after the two operands, as mount(8) does.
+func parseMountArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return operands, nil
+		}
+		operands = append(operands, args[0])
+		args = args[1:]
+	}
+}
+
+func runMount(args []string) int {
+	fs, optList := newMountFlagSet(os.Stderr)
+	operands, err := parseMountArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	if len(operands) != 2 {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: want IMAGE|DEVICE and MOUNTPOINT, got %d operand(s)\n", len(operands))
+		fs.Usage()
+		return 2
+	}
+	opts, err := fatfuse.ParseOptions(optList.String())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 2
+	}
+	return serveMount(operands[0], operands[1], opts)
+}
+
+// serveMount opens, mounts and serves until the mount is gone, then closes the volume.
+func serveMount(image, mountpoint string, opts fatfuse.Options) int {
+	vopts := opts.VolumeOptions()
+	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	vol, err := fatvol.OpenImage(image, vopts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 1
+	}
+	srv, err := fatfuse.Mount(vol, mountpoint, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		if cerr := vol.Close(); cerr != nil {
+			fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", cerr)
+		}
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "csi-fat mount: %s mounted on %s\n", image, mountpoint)
+
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+	case sig := <-signals:
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v: unmounting %s\n", sig, mountpoint)
+		unmountForShutdown(srv, mountpoint, done)
+	}
+	<-done
+	signal.Stop(signals)
+	if err := vol.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "csi-fat mount: %s written back and unmounted\n", image)
+	return 0
+}
+
+// unmountForShutdown unmounts; while the mount is busy it detaches it (lazy unmount), so that the
+// kernel stops sending requests once the last user lets go and the server can finish.
+func unmountForShutdown(srv *fatfuse.Server, mountpoint string, done <-chan struct{}) {
+	err := srv.Unmount()
+	if err == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "csi-fat mount: %v; detaching instead\n", err)
+	if err := unix.Unmount(mountpoint, unix.MNT_DETACH); err != nil {
+		// Not root: the setuid helper may detach it for us.
+		if out, ferr := exec.Command("fusermount3", "-u", "-z", mountpoint).CombinedOutput(); ferr != nil {
+			fmt.Fprintf(os.Stderr, "csi-fat mount: detach %s: %v; fusermount3: %v %s\n", mountpoint, err, ferr, out)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}

@@ -1,0 +1,147 @@
+package fatfuse
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/csi-fat/csi-fat/fatvol"
+)
+
+// cacheTimeout is how long the kernel may trust attributes and names it was given. The engine is
+// the only writer and every change passes through this mount, so only our own renames and
+// case-insensitive aliases can make an entry stale, and those briefly.
+const cacheTimeout = time.Second
+
+// Server is a mounted volume being served.
+type Server struct {
+	vol        *fatvol.Volume
+	opts       Options
+	mountpoint string
+	fuse       *fuse.Server
+	root       *node
+	geoCluster int64
+	fixedRoot  int64 // bytes of a FAT12/16 fixed root directory; 0 on FAT32
+
+	// readOnly turns on after an I/O error under errors=remount-ro.
+	readOnly atomic.Bool
+
+	mu      sync.Mutex // guards the identity tables and every node's place (parent, name, pos)
+	byPos   map[int64]*node
+	byIno   map[uint64]*node
+	nextIno uint64
+}
+
+// Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
+// returns then). The caller keeps the volume and closes it after Wait returns.
+func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error) {
+	geo := vol.Geometry()
+	s := &Server{
+		vol:        vol,
+		opts:       opts,
+		mountpoint: mountpoint,
+		geoCluster: int64(geo.ClusterSize),
+		byPos:      map[int64]*node{},
+		byIno:      map[uint64]*node{},
+		// Synthetic inode numbers, for entries whose position is taken by a renamed node, lie
+		// above any device offset.
+		nextIno: 1 << 62,
+	}
+	if geo.RootEntries > 0 {
+		s.fixedRoot = int64(geo.RootEntries) * 32
+	}
+	s.root = &node{srv: s, ino: fuse.FUSE_ROOT_ID, subdirs: -1}
+	s.byIno[fuse.FUSE_ROOT_ID] = s.root
+
+	timeout := cacheTimeout
+	mo := fuse.MountOptions{
+		FsName:        fsName(vol),
+		Name:          "fat",
+		AllowOther:    opts.AllowOther,
+		MaxWrite:      fuse.MAX_KERNEL_WRITE,
+		MaxReadAhead:  fuse.MAX_KERNEL_WRITE,
+		DisableXAttrs: true, // FAT has none; vfat answers EOPNOTSUPP
+		Debug:         opts.Debug,
+		// The kernel checks permissions against the modes we report, as it does for vfat.
+		Options: []string{"default_permissions", "nosuid", "nodev"},
+	}
+	if opts.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+	}
+	mo.Options = append(mo.Options, opts.Kernel...)
+	fo := &fs.Options{
+		MountOptions: mo,
+		EntryTimeout: &timeout,
+		AttrTimeout:  &timeout,
+		// No negative caching: after creating "Foo", a cached miss for "foo" would be wrong.
+		NullPermissions: true,
+		UID:             opts.UID,
+		GID:             opts.GID,
+		Logger:          log.New(os.Stderr, "fatfuse: ", log.LstdFlags),
+		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR},
+	}
+	srv, err := fs.Mount(mountpoint, s.root, fo)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
+	}
+	s.fuse = srv
+	return s, nil
+}
+
+func fsName(vol *fatvol.Volume) string {
+	if p, ok := vol.Device().(interface{ Path() string }); ok {
+		return p.Path()
+	}
+	return "fat"
+}
+
+// Unmount asks the kernel to unmount; it fails (EBUSY) while the mount is in use.
+func (s *Server) Unmount() error {
+	if err := s.fuse.Unmount(); err != nil {
+		return fmt.Errorf("unmount %s: %w", s.mountpoint, err)
+	}
+	return nil
+}
+
+// Wait returns once the mount is gone, by Unmount or from outside.
+func (s *Server) Wait() { s.fuse.Wait() }
+
+// Mountpoint is where the volume is mounted.
+func (s *Server) Mountpoint() string { return s.mountpoint }
+
+// errno maps an engine error to the kernel's errno, and under errors=remount-ro turns the mount
+// read-only after an I/O error, as vfat does on finding corruption.
+func (s *Server) errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	e := fatvol.Errno(err)
+	if e == syscall.EIO && s.opts.Errors != "continue" && !s.readOnly.Swap(true) {
+		log.Printf("fatfuse: %s: %v; refusing changes from now on (errors=remount-ro)", s.mountpoint, err)
+	}
+	return e
+}
+
+// writable refuses changes once the mount went read-only.
+func (s *Server) writable() syscall.Errno {
+	if s.opts.ReadOnly || s.readOnly.Load() {
+		return syscall.EROFS
+	}
+	return 0
+}
+
+// synced ends a change: under the sync option the volume is written back before the caller
+// hears of success.
+func (s *Server) synced(e syscall.Errno) syscall.Errno {
+	if e == 0 && s.opts.Sync {
+		return s.errno(s.vol.Sync())
+	}
+	return e
+}

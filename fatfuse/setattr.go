@@ -1,0 +1,126 @@
+package fatfuse
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// Setattr changes size, times and the mode, as vfat's fat_setattr: FAT keeps no owner and no
+// permissions beyond the read-only attribute, so chown to another owner and mode bits outside
+// 0777 are refused (EPERM, or ignored with quiet), and a mode FAT cannot hold is ignored.
+func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	s := n.srv
+	var file *fatvol.File
+	if h, ok := f.(*handle); ok {
+		file = h.f
+	}
+	p, linked := n.path()
+	if !linked && file == nil {
+		return syscall.ENOENT
+	}
+	mode, setMode := in.GetMode()
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
+	if (setUID && uid != s.opts.UID) || (setGID && gid != s.opts.GID) || (setMode && mode&^0o777 != 0) {
+		if !s.opts.Quiet {
+			return syscall.EPERM
+		}
+		// vfat with quiet: the whole call succeeds and changes nothing.
+		return n.Getattr(ctx, f, out)
+	}
+	size, setSize := in.GetSize()
+	atime, setAtime := in.GetATime()
+	mtime, setMtime := in.GetMTime()
+	if setSize || setAtime || setMtime || setMode {
+		if e := s.writable(); e != 0 {
+			return e
+		}
+	}
+	if setSize {
+		if e := n.truncate(file, p, linked, int64(size)); e != 0 {
+			return e
+		}
+	}
+	if (setAtime || setMtime) && linked {
+		if !setAtime {
+			atime = time.Time{}
+		}
+		if !setMtime {
+			mtime = time.Time{}
+		}
+		if err := s.vol.Chtimes(p, atime, mtime); err != nil {
+			return s.errno(err)
+		}
+	}
+	if setMode && linked {
+		if e := n.chmod(p, mode); e != 0 {
+			return e
+		}
+	}
+	if e := s.synced(0); e != 0 {
+		return e
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+// truncate sets the size through the open handle when it allows writing (that also reaches a
+// removed file), else by path: open(O_RDONLY|O_TRUNC) truncates on Linux too.
+func (n *node) truncate(file *fatvol.File, p string, linked bool, size int64) syscall.Errno {
+	s := n.srv
+	if file != nil {
+		err := file.Truncate(size)
+		if e := fatvol.Errno(err); err == nil || e != syscall.EBADF || !linked {
+			return s.errno(err)
+		}
+	}
+	return s.errno(s.vol.Truncate(p, size))
+}
+
+// chmod maps the write bits to the read-only attribute as fat_sanitize_mode_change and
+// fat_make_attrs do: of the r and x bits all (after the mask) must stay, of the w bits all or
+// none; any other mode is silently not applied ("too old behavior" to return EPERM, says vfat).
+func (n *node) chmod(p string, mode uint32) syscall.Errno {
+	s := n.srv
+	fi, err := s.vol.Stat(p)
+	if err != nil {
+		return s.errno(err)
+	}
+	a := fi.Sys().(*fatvol.Attr)
+	isDir := fi.IsDir()
+	mask := s.opts.FMask
+	if isDir {
+		mask = s.opts.DMask
+	}
+	perm := mode & 0o777 &^ mask
+	cur := s.modeOf(isDir, a.Attributes)
+	if perm&0o555 != cur&0o555 {
+		return 0
+	}
+	allWrite := 0o222 &^ mask
+	if !s.canHoldReadOnly(isDir) {
+		return 0 // only the mode that is shown anyway is acceptable, and it changes nothing
+	}
+	if perm&0o222 != 0 && perm&0o222 != allWrite {
+		return 0
+	}
+	readOnly := perm&0o222 == 0
+	if readOnly == (a.Attributes&ondisk.AttrReadOnly != 0) {
+		return 0
+	}
+	attrs := a.Attributes & (ondisk.AttrReadOnly | ondisk.AttrHidden | ondisk.AttrSystem | ondisk.AttrArchive)
+	if readOnly {
+		attrs |= ondisk.AttrReadOnly
+	} else {
+		attrs &^= ondisk.AttrReadOnly
+	}
+	return s.errno(s.vol.SetAttributes(p, attrs))
+}
+
+var _ gofs.NodeSetattrer = (*node)(nil)
