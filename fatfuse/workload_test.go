@@ -320,4 +320,3 @@ func compareWithMtools(t *testing.T, img, dir string) {
 	}
 	compareLines(t, snapshot(t, dir), snapshot(t, out))
 }
-
