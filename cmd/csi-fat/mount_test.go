@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/csi-fat/csi-fat/fatvol"
+)
+
+// mountTools skips unless FUSE and the tools the test names are here.
+func mountTools(t *testing.T, tools ...string) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	for _, tool := range append([]string{"fusermount3", "mkfs.fat"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+}
+
+// buildCsiFat builds the command into the test's temporary directory.
+func buildCsiFat(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "csi-fat")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func mkfsImage(t *testing.T, kib string) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "vol.img")
+	if out, err := exec.Command("mkfs.fat", "-C", img, kib).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.fat: %v\n%s", err, out)
+	}
+	return img
+}
+
+// mountProcess is `csi-fat mount` running for a test.
+type mountProcess struct {
+	cmd    *exec.Cmd
+	dir    string
+	stderr *bytes.Buffer
+	exited chan error
+}
+
+// startMount runs `csi-fat mount` and waits until the kernel lists the mount. Cleanup kills it
+// if it still runs and detaches the mount if it is still there.
+func startMount(t *testing.T, bin, img string, args ...string) *mountProcess {
+	t.Helper()
+	dir := t.TempDir()
+	p := &mountProcess{dir: dir, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), img, dir)...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		if isMounted(dir) {
+			exec.Command("fusermount3", "-u", "-z", dir).Run()
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !isMounted(dir) {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("csi-fat mount exited early: %v\n%s", err, p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never mounted\n%s", dir, p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+// isMounted reads /proc/self/mountinfo for a FUSE mount at dir.
+func isMounted(dir string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && fields[4] == dir && strings.Contains(sc.Text(), " - fuse") {
+			return true
+		}
+	}
+	return false
+}
+
+// wait returns the exit code once the process ends.
+func (p *mountProcess) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+		return 0
+	case <-time.After(20 * time.Second):
+		t.Fatalf("csi-fat mount did not exit\n%s", p.stderr)
+		return -1
+	}
+}
+
+// fsckOutput runs fsck.fat -n and returns whether it was clean and what it said.
+func fsckOutput(t *testing.T, img string) (bool, string) {
+	t.Helper()
+	out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput()
+	return err == nil, string(out)
+}
+
+func mtypeFile(t *testing.T, img, name string) string {
+	t.Helper()
+	cmd := exec.Command("mtype", "-i", img, "::/"+name)
+	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mtype %s: %v\n%s", name, err, out)
+	}
+	return string(out)
+}
+
+// TestMountCommandSIGTERM: SIGTERM while a file is still open detaches the mount, and once the
+// file is closed everything is written back, the volume is clean, and the exit status is 0.
+func TestMountCommandSIGTERM(t *testing.T) {
+	mountTools(t, "fsck.fat", "mtype")
+	bin := buildCsiFat(t)
+	img := mkfsImage(t, "32768")
+	p := startMount(t, bin, img)
+	if err := os.WriteFile(filepath.Join(p.dir, "Kept.txt"), []byte("kept across SIGTERM"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(p.dir, "open.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written while open")); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	f.Close()
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit status %d\n%s", code, p.stderr)
+	}
+	if isMounted(p.dir) {
+		t.Errorf("still mounted after exit")
+	}
+	if ok, out := fsckOutput(t, img); !ok {
+		t.Errorf("fsck.fat -n after SIGTERM:\n%s", out)
+	}
+	if got := mtypeFile(t, img, "Kept.txt"); got != "kept across SIGTERM" {
+		t.Errorf("Kept.txt = %q", got)
+	}
+	if got := mtypeFile(t, img, "open.txt"); got != "written while open" {
+		t.Errorf("open.txt = %q", got)
+	}
+}
+
+// TestMountCommandExternalUnmount: fusermount3 -u ends the server with a clean volume.
+func TestMountCommandExternalUnmount(t *testing.T) {
+	mountTools(t, "fsck.fat", "mtype")
+	bin := buildCsiFat(t)
+	img := mkfsImage(t, "8192")
+	p := startMount(t, bin, img, "-o", "uid=0")
+	if err := os.Mkdir(filepath.Join(p.dir, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.dir, "dir", "f.txt"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("fusermount3", "-u", p.dir).CombinedOutput(); err != nil {
+		t.Fatalf("fusermount3 -u: %v\n%s", err, out)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit status %d\n%s", code, p.stderr)
+	}
+	if ok, out := fsckOutput(t, img); !ok {
+		t.Errorf("fsck.fat -n:\n%s", out)
+	}
+	if got := mtypeFile(t, img, "dir/f.txt"); got != "f" {
+		t.Errorf("dir/f.txt = %q", got)
+	}
+}
+
+// TestMountCommandSIGKILL: killed outright, the server leaves a volume that is dirty but whole:
+// it opens again, fsck.fat finds nothing worse than the dirty bit (or lost clusters), and what
+// was fsync'ed is there.
+func TestMountCommandSIGKILL(t *testing.T) {
+	mountTools(t, "fsck.fat", "mtype")
+	bin := buildCsiFat(t)
+	img := mkfsImage(t, "65536")
+	p := startMount(t, bin, img)
+	data := bytes.Repeat([]byte("durable "), 200000)
+	f, err := os.Create(filepath.Join(p.dir, "durable.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Mkdir(filepath.Join(p.dir, "synced-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(filepath.Join(p.dir, "synced-dir"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Sync()
+	d.Close()
+	// Unsynced work in flight when the kill lands.
+	g, err := os.Create(filepath.Join(p.dir, "in-flight.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Write(bytes.Repeat([]byte("x"), 1<<20))
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.wait(t)
+	g.Close()
+	exec.Command("fusermount3", "-u", "-z", p.dir).Run()
+
+	_, out := fsckOutput(t, img)
+	if !strings.Contains(out, "Dirty bit is set") {
+		t.Errorf("fsck.fat does not see the dirty bit after SIGKILL:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if allowedAfterCrash(line) {
+			continue
+		}
+		t.Errorf("fsck.fat -n reports more than the dirty bit: %q\n%s", line, out)
+	}
+	vol, err := fatvol.OpenImage(img, fatvol.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("the volume does not open again: %v", err)
+	}
+	defer vol.Close()
+	got, err := readAll(vol, "durable.bin")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("fsync'ed durable.bin: %d bytes (want %d), %v", len(got), len(data), err)
+	}
+	if fi, err := vol.Stat("synced-dir"); err != nil || !fi.IsDir() {
+		t.Errorf("synced-dir: %v", err)
+	}
+	if got := mtypeFile(t, img, "durable.bin"); got != string(data) {
+		t.Errorf("mtype durable.bin: %d bytes, want %d", len(got), len(data))
+	}
+}
+
+// allowedAfterCrash accepts fsck.fat's lines about the dirty bit and lost clusters.
+func allowedAfterCrash(line string) bool {
+	line = strings.TrimSpace(line)
+	for _, ok := range []string{"", "fsck.fat ", "Dirty bit is set", "Automatically removing dirty bit",
+		"Leaving filesystem unchanged", "Reclaimed", "unused cluster", "lost cluster", "files,"} {
+		if ok == "" && line == "" || ok != "" && strings.Contains(line, ok) {
+			return true
+		}
+	}
+	return false
+}
+
+func readAll(vol *fatvol.Volume, name string) ([]byte, error) {
+	f, err := vol.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
+
+// TestMountCommandUsage: --help documents every option; bad options and operands exit 2 with a
+// message that names them.
+func TestMountCommandUsage(t *testing.T) {
+	bin := buildCsiFat(t)
+	out, err := exec.Command(bin, "mount", "--help").CombinedOutput()
+	if err != nil {
+		t.Errorf("mount --help: %v", err)
+	}
+	for _, opt := range []string{"ro", "rw", "uid=", "gid=", "umask=", "dmask=", "fmask=", "allow_utime=",
+		"shortname=", "flush", "sync", "quiet", "errors=", "allow_other", "nosuid", "nodev", "noexec",
+		"noatime", "relatime", "tz=UTC", "time_offset=", "-o"} {
+		if !bytes.Contains(out, []byte(opt)) {
+			t.Errorf("--help does not mention %s:\n%s", opt, out)
+		}
+	}
+	for _, tt := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"mount", "-o", "ro,frobnicate", "img", "dir"}, "frobnicate"},
+		{[]string{"mount", "img", "dir", "-o", "errors=panic"}, "panic"},
+		{[]string{"mount", "img"}, "MOUNTPOINT"},
+		{[]string{"mount", "--bogus", "img", "dir"}, "bogus"},
+	} {
+		cmd := exec.Command(bin, tt.args...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("%v: %v, want exit status 2\n%s", tt.args, err, out)
+		}
+		if !bytes.Contains(out, []byte(tt.mention)) {
+			t.Errorf("%v: message does not name %q:\n%s", tt.args, tt.mention, out)
+		}
+	}
+	// A missing image is reported, not a crash.
+	out, err = exec.Command(bin, "mount", filepath.Join(t.TempDir(), "missing.img"), t.TempDir()).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !bytes.Contains(out, []byte("missing.img")) {
+		t.Errorf("missing image: %v\n%s", err, out)
+	}
+}
