@@ -28,7 +28,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, s.errno(err)
 	}
-	return s.entry(ctx, n, fi, out), 0
+	in := s.entry(ctx, n, fi, out)
+	if name != fi.Name() {
+		if c, ok := in.Operations().(*node); ok {
+			s.addAlias(c, n, name)
+		}
+	}
+	return in, 0
 }
 
 // entry returns the inode for fi, found in directory parent, and describes it in out.
@@ -116,8 +122,9 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 		return s.errno(err)
 	}
 	s.mu.Lock()
-	s.removedLocked(fi.Sys().(*fatvol.Attr).Pos)
+	stale := s.removedLocked(fi.Sys().(*fatvol.Attr).Pos)
 	s.mu.Unlock()
+	forgetAliases(stale)
 	if dir {
 		n.dirChanged()
 	}
@@ -167,11 +174,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return s.errno(err)
 	}
 	srcPos := src.Sys().(*fatvol.Attr).Pos
+	var stale []alias
+	defer func() { forgetAliases(stale) }()
 	if fl == fatvol.RenameExchange {
 		// The entries swap contents; each position keeps its name.
 		dstPos := dst.Sys().(*fatvol.Attr).Pos
 		s.mu.Lock()
 		a, b := s.byPos[srcPos], s.byPos[dstPos]
+		stale = s.takeAliasesLocked(a, b)
 		delete(s.byPos, srcPos)
 		delete(s.byPos, dstPos)
 		if a != nil {
@@ -189,9 +199,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		newPos := moved.Sys().(*fatvol.Attr).Pos
 		s.mu.Lock()
 		c := s.byPos[srcPos]
+		stale = s.takeAliasesLocked(c)
 		if derr == nil {
 			if dp := dst.Sys().(*fatvol.Attr).Pos; dp != srcPos {
-				s.removedLocked(dp)
+				stale = append(stale, s.removedLocked(dp)...)
 			}
 		}
 		if c != nil {

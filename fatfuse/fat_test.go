@@ -65,6 +65,26 @@ func TestCaseInsensitiveNames(t *testing.T) {
 	if err != nil || len(entries) != 1 || entries[0].Name() != "Foo.Txt" {
 		t.Errorf("readdir = %v, %v; want just Foo.Txt", entries, err)
 	}
+	// After a rename, the other spelling the kernel cached must stop resolving well before the
+	// one-second entry timeout would drop it.
+	if err := os.WriteFile(m.path("Moved"), []byte("m"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat(t, m.path("mOVED"))
+	if err := os.Rename(m.path("Moved"), m.path("Elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for statErr := unix.Stat(m.path("mOVED"), new(unix.Stat_t)); statErr == nil; statErr = unix.Stat(m.path("mOVED"), new(unix.Stat_t)) {
+		if time.Now().After(deadline) {
+			t.Errorf("mOVED still resolves after Moved was renamed")
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.Remove(m.path("Elsewhere")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Remove(m.path("foo.txt")); err != nil {
 		t.Errorf("remove by another case: %v", err)
 	}

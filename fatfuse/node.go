@@ -25,6 +25,14 @@ type node struct {
 	unlinked bool
 	subdirs  int    // cached count of subdirectories, -1 when unknown
 	version  uint64 // counts changes of a directory's entries, to keep a stale count out
+	// aliases are other spellings ("foo" for "Foo") the kernel has cached for this entry.
+	aliases []alias
+}
+
+// alias is a name in a directory that the kernel resolved to a node case-insensitively.
+type alias struct {
+	dir  *node
+	name string
 }
 
 // path is the engine path of the node ("." for the root), false once it was removed.
@@ -136,11 +144,14 @@ func (n *node) OnForget() {
 }
 
 // removedLocked records that the entry at pos is gone.
-func (s *Server) removedLocked(pos int64) {
-	if c := s.byPos[pos]; c != nil {
-		c.unlinked = true
-		delete(s.byPos, pos)
+func (s *Server) removedLocked(pos int64) []alias {
+	c := s.byPos[pos]
+	if c == nil {
+		return nil
 	}
+	c.unlinked = true
+	delete(s.byPos, pos)
+	return s.takeAliasesLocked(c)
 }
 
 // movedLocked records that node c's entry now lives at pos under parent with the stored name.
@@ -150,6 +161,44 @@ func (s *Server) movedLocked(c *node, parent *node, name string, pos int64) {
 	}
 	c.parent, c.name, c.pos, c.unlinked = parent, name, pos, false
 	s.byPos[pos] = c
+}
+
+// addAlias remembers that the kernel now caches name in dir for c.
+func (s *Server) addAlias(c *node, dir *node, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range c.aliases {
+		if a.dir == dir && a.name == name {
+			return
+		}
+	}
+	c.aliases = append(c.aliases, alias{dir, name})
+}
+
+// takeAliasesLocked returns and forgets the aliases of the given nodes (nil ones skipped).
+func (s *Server) takeAliasesLocked(nodes ...*node) []alias {
+	var out []alias
+	for _, c := range nodes {
+		if c != nil {
+			out = append(out, c.aliases...)
+			c.aliases = nil
+		}
+	}
+	return out
+}
+
+// forgetAliases tells the kernel to drop cached spellings of entries that moved or went away;
+// vfat's d_revalidate does the same for its case-insensitive dentries. It runs after the
+// request, since the kernel holds the directory's lock until we answer.
+func forgetAliases(aliases []alias) {
+	if len(aliases) == 0 {
+		return
+	}
+	go func() {
+		for _, a := range aliases {
+			a.dir.NotifyEntry(a.name)
+		}
+	}()
 }
 
 // dirChanged forgets a directory's subdirectory count after its entries changed.
