@@ -86,7 +86,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, s.errno(err)
 	}
 	in := s.entry(ctx, n, fi, out)
-	return in, s.synced(0)
+	return in, 0
 }
 
 // Rmdir removes an empty directory.
@@ -128,7 +128,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	if dir {
 		n.dirChanged()
 	}
-	return s.synced(0)
+	return 0
 }
 
 // renameat2(2) flags.
@@ -214,7 +214,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		n.dirChanged()
 		np.dirChanged()
 	}
-	return s.synced(0)
+	return 0
 }
 
 // Create makes and opens a file. A mode without write bits gives it the read-only attribute.
@@ -237,7 +237,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, s.errno(err)
 	}
 	in := s.entry(ctx, n, fi, out)
-	return in, &handle{srv: s, f: f}, fuse.FOPEN_KEEP_CACHE, s.synced(0)
+	return in, &handle{srv: s, f: f}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // Mknod makes regular files (mknod(2) with S_IFREG); FAT holds no other kind, and vfat answers

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 )
 
 func setUmask(m uint32) { unix.Umask(int(m)) }
@@ -413,11 +416,94 @@ func digest(t *testing.T, path string) [32]byte {
 func TestSyncOption(t *testing.T) {
 	needTools(t, "mkfs.fat", "mtype")
 	img := makeImage(t, 8192)
-	m := mountImage(t, img, "sync,flush")
+	m := mountImage(t, img, "sync")
 	if err := os.WriteFile(m.path("SYNCED.TXT"), []byte("on disk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out := mtools(t, "mtype", "-i", img, "::/SYNCED.TXT"); out != "on disk" {
 		t.Errorf("mtype while mounted: %q", out)
+	}
+}
+
+// TestErrorsOption checks errors=: after a write error from the device, remount-ro refuses
+// further changes with EROFS, continue carries on once the device works again.
+func TestErrorsOption(t *testing.T) {
+	needTools(t, "mkfs.fat")
+	for _, mode := range []string{"remount-ro", "continue"} {
+		t.Run(mode, func(t *testing.T) {
+			img := makeImage(t, 8192)
+			opts, err := ParseOptions("errors=" + mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev, err := blockdev.Open(img, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			faulty := blockdev.NewFaulty(dev)
+			vol, err := fatvol.Open(faulty, opts.VolumeOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			srv, err := Mount(vol, dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &mounted{img: img, dir: dir, vol: vol, srv: srv, t: t, up: true}
+			t.Cleanup(func() {
+				if m.up {
+					m.unmount()
+				}
+			})
+			if err := os.WriteFile(m.path("before"), []byte("ok"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			faulty.FailWritesAfter(0)
+			// Writes are written back later; fsync makes the failure show.
+			f, err := os.Create(m.path("during"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write([]byte("lost"))
+			if err := f.Sync(); errnoOf(err) != syscall.EIO.Error() {
+				t.Errorf("fsync while writes fail: %v, want EIO", err)
+			}
+			f.Close()
+			faulty.Disarm()
+			err = os.WriteFile(m.path("after"), []byte("x"), 0o644)
+			want := map[string]string{"remount-ro": syscall.EROFS.Error(), "continue": "ok"}[mode]
+			if errnoOf(err) != want {
+				t.Errorf("create after the error: %v, want %s", err, want)
+			}
+			if b, err := os.ReadFile(m.path("before")); err != nil || string(b) != "ok" {
+				t.Errorf("reading after the error: %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// TestFlushOption checks that under flush a file is on the image once it is closed.
+func TestFlushOption(t *testing.T) {
+	needTools(t, "mkfs.fat", "mtype")
+	img := makeImage(t, 8192)
+	m := mountImage(t, img, "flush")
+	data := bytes.Repeat([]byte("flushed "), 5000)
+	if err := os.WriteFile(m.path("FLUSHED.TXT"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Release reaches the server just after close(2) returns.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		cmd := exec.Command("mtype", "-i", img, "::/FLUSHED.TXT")
+		cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+		out, err := cmd.Output()
+		if err == nil && bytes.Equal(out, data) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("FLUSHED.TXT not on the image 2 s after close: %d bytes, %v", len(out), err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -72,21 +72,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 		return 0, h.srv.errno(err)
 	}
-	if h.srv.opts.Sync {
-		if err := h.f.Sync(); err != nil {
-			return 0, h.srv.errno(err)
-		}
-	}
 	return uint32(n), 0
 }
 
-// Flush runs at every close(2) of a descriptor: with flush or sync it writes the file back.
-func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	if h.srv.opts.Flush || h.srv.opts.Sync {
-		return h.srv.errno(h.f.Sync())
-	}
-	return 0
-}
+// Flush runs at every close(2) of a descriptor. Writeback under the flush option happens at the
+// engine's close of the file (Release), as vfat's at the last release.
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
 
 // Fsync makes the file durable.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -109,7 +100,7 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	if e := h.srv.writable(); e != 0 {
 		return e
 	}
-	return h.srv.synced(h.srv.errno(h.f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0)))
+	return h.srv.errno(h.f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0))
 }
 
 var (

@@ -40,7 +40,8 @@ type Server struct {
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
-// returns then). The caller keeps the volume and closes it after Wait returns.
+// returns then). The caller keeps the volume and closes it after Wait returns. Open vol with
+// opts.VolumeOptions(): ro, shortname, sync, flush and the time zone are the engine's to apply.
 func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error) {
 	geo := vol.Geometry()
 	s := &Server{
@@ -135,13 +136,4 @@ func (s *Server) writable() syscall.Errno {
 		return syscall.EROFS
 	}
 	return 0
-}
-
-// synced ends a change: under the sync option the volume is written back before the caller
-// hears of success.
-func (s *Server) synced(e syscall.Errno) syscall.Errno {
-	if e == 0 && s.opts.Sync {
-		return s.errno(s.vol.Sync())
-	}
-	return e
 }

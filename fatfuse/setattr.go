@@ -64,9 +64,6 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			return e
 		}
 	}
-	if e := s.synced(0); e != 0 {
-		return e
-	}
 	return n.Getattr(ctx, f, out)
 }
 

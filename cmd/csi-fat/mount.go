@@ -86,6 +86,10 @@ func runMount(args []string) int {
 
 // serveMount opens, mounts and serves until the mount is gone, then closes the volume.
 func serveMount(image, mountpoint string, opts fatfuse.Options) int {
+	// Catch the signals before the mount exists: from then on SIGTERM must unmount, not kill.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	vopts := opts.VolumeOptions()
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	vol, err := fatvol.OpenImage(image, vopts)
@@ -103,8 +107,6 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 	}
 	fmt.Fprintf(os.Stderr, "csi-fat mount: %s mounted on %s\n", image, mountpoint)
 
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
@@ -114,7 +116,6 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 		unmountForShutdown(srv, mountpoint, done)
 	}
 	<-done
-	signal.Stop(signals)
 	if err := vol.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 1
