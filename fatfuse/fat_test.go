@@ -507,3 +507,84 @@ func TestFlushOption(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestConcurrentUse runs several writers in their own directories while another lists the root,
+// as the kernel sends requests in parallel, and checks the result with fsck.fat and by reading
+// every file back.
+func TestConcurrentUse(t *testing.T) {
+	needTools(t, "mkfs.fat", "fsck.fat")
+	img := makeImage(t, 65536)
+	m := mountImage(t, img, "")
+	const workers, files = 6, 60
+	errs := make(chan error, workers+1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				errs <- nil
+				return
+			default:
+			}
+			if _, err := os.ReadDir(m.dir); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for w := range workers {
+		go func() {
+			dir := m.path("w" + strconv.Itoa(w))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				errs <- err
+				return
+			}
+			for i := range files {
+				name := dir + "/f" + strconv.Itoa(i)
+				data := bytes.Repeat([]byte{byte(w), byte(i)}, 3000+i*100)
+				if err := os.WriteFile(name+".tmp", data, 0o644); err != nil {
+					errs <- err
+					return
+				}
+				if err := os.Rename(name+".tmp", name); err != nil {
+					errs <- err
+					return
+				}
+				if i%3 == 0 {
+					if err := os.Remove(name); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Error(err)
+	}
+	check := func(root string) {
+		for w := range workers {
+			for i := range files {
+				b, err := os.ReadFile(root + "/w" + strconv.Itoa(w) + "/f" + strconv.Itoa(i))
+				switch {
+				case i%3 == 0 && err == nil:
+					t.Errorf("w%d/f%d should be gone", w, i)
+				case i%3 != 0 && (err != nil || !bytes.Equal(b, bytes.Repeat([]byte{byte(w), byte(i)}, 3000+i*100))):
+					t.Errorf("w%d/f%d: %d bytes, %v", w, i, len(b), err)
+				}
+			}
+		}
+	}
+	check(m.dir)
+	m.unmount()
+	fsckClean(t, img)
+	m2 := mountImage(t, img, "ro")
+	check(m2.dir)
+}
