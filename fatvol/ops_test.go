@@ -814,7 +814,7 @@ func TestConcurrentOps(t *testing.T) {
 	v := openVolume(t, img)
 	cs := clusterSize(t, v)
 	const workers = 8
-	iters := 40
+	iters := 100
 	if testing.Short() {
 		iters = 10
 	}
