@@ -214,6 +214,10 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 		} else {
 			_, err = c.dev.WritevAt(bufs, start)
 		}
+		if err == nil {
+			// Let the medium start on it now rather than at the next flush.
+			err = c.dev.StartWriteback(start, size)
+		}
 		if err != nil {
 			err = fmt.Errorf("write back at %d: %w", start, err)
 		}

@@ -20,6 +20,10 @@ type Device interface {
 	// WritevAt writes bufs back to back starting at off as ONE device request (pwritev), so the
 	// engine can coalesce adjacent dirty blocks. Counts as one write request.
 	WritevAt(bufs [][]byte, off int64) (int, error)
+	// StartWriteback asks the OS to start writing [off, off+length) to the medium without
+	// waiting (sync_file_range), so the device works while the engine goes on and a later
+	// Flush has little left to do. A hint: it makes nothing durable.
+	StartWriteback(off, length int64) error
 	Flush() error          // durable: fdatasync
 	Size() int64           // bytes
 	LogicalBlockSize() int // 512 for image files; BLKSSZGET for block devices
