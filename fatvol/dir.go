@@ -51,11 +51,11 @@ func (n *node) loadDir() (*dirContent, error) {
 		n.chainOK = true
 	} else {
 		if n.firstCluster() == 0 {
-			return nil, fmt.Errorf("%w: directory %s has no clusters", errCorrupt, n.path())
+			return nil, fmt.Errorf("%w: directory %s has no clusters", ErrCorrupt, n.path())
 		}
 		for a := n.parent; a != nil; a = a.parent {
 			if a.firstCluster() == n.firstCluster() {
-				return nil, fmt.Errorf("%w: directory %s loops back to %s", errCorrupt, n.path(), a.path())
+				return nil, fmt.Errorf("%w: directory %s loops back to %s", ErrCorrupt, n.path(), a.path())
 			}
 		}
 		limit := uint32(maxDirBytes / v.geo.ClusterSize)

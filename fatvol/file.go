@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+	"time"
 )
 
 // File is an open file or directory. It is an fs.File (and fs.ReadDirFile for directories), an
@@ -282,4 +283,33 @@ func (v *Volume) flushNodeLater(n *node) {
 	if err := v.flushNode(n); err != nil {
 		v.opts.Logger.Error("fatvol: close-time writeback failed", "device", v.name, "file", n.path(), "err", err)
 	}
+}
+
+// Chtimes sets the file's times, as futimens: it works on a removed file too.
+func (f *File) Chtimes(atime, mtime time.Time) error {
+	return f.change("chtimes", func(n *node) error { return n.chtimes(atime, mtime) })
+}
+
+// SetAttributes sets the file's read-only, hidden, system and archive bits, as fchmod.
+func (f *File) SetAttributes(attr uint8) error {
+	return f.change("chattr", func(n *node) error { return n.setAttributes(attr) })
+}
+
+func (f *File) change(op string, fn func(*node) error) error {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.closed {
+		return pathErr(op, f.name, errFileClosed)
+	}
+	if err := f.v.writable(); err != nil {
+		return pathErr(op, f.name, err)
+	}
+	if f.n.isRoot() {
+		return pathErr(op, f.name, syscall.EPERM)
+	}
+	err := fn(f.n)
+	if err == nil {
+		f.n.storeEntry()
+	}
+	return pathErr2(op, f.name, f.v.finish(err))
 }

@@ -94,10 +94,18 @@ func (n *node) info(name string) *FileInfo {
 	if !n.isRoot() {
 		base = n.name
 	}
-	return n.vol.newInfo(base, n.ent, n.pos())
+	fi := n.vol.newInfo(base, n.ent, n.pos())
+	switch {
+	case n.isRoot() && n.vol.geo.Type != ondisk.FAT32:
+		fi.Attr.Allocated = n.vol.geo.RootDirSectors * int64(n.vol.geo.SectorSize)
+	case n.chainOK:
+		fi.Attr.Allocated = int64(n.clusterCount()) * int64(n.vol.geo.ClusterSize)
+	}
+	return fi
 }
 
 func (v *Volume) newInfo(name string, e ondisk.DirEntry, pos int64) *FileInfo {
+	cs := int64(v.geo.ClusterSize)
 	return &FileInfo{
 		name: name,
 		Attr: Attr{
@@ -108,6 +116,7 @@ func (v *Volume) newInfo(name string, e ondisk.DirEntry, pos int64) *FileInfo {
 			Accessed:     ondisk.DecodeTime(e.AccessDate, 0, 0, v.loc),
 			FirstCluster: e.Cluster(v.geo.Type),
 			Size:         int64(e.Size),
+			Allocated:    (int64(e.Size) + cs - 1) / cs * cs,
 			Pos:          pos,
 		},
 	}
@@ -122,6 +131,9 @@ type Attr struct {
 	Accessed     time.Time // a date: FAT keeps no access time of day
 	FirstCluster uint32
 	Size         int64
+	// Allocated is the bytes of the cluster chain: exact for directories and for files the
+	// engine has open or has read, else what the size needs (more only after fallocate).
+	Allocated int64
 	// Pos is where the entry lives on the device (0 for the root): stable for the entry's life,
 	// like the kernel's i_pos.
 	Pos int64

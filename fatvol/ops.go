@@ -457,17 +457,19 @@ func (n *node) moveTo(d *dirContent, off int) {
 }
 
 // Chtimes sets the access and modification times (FAT keeps a date for access and 2-second
-// resolution for modification).
+// resolution for modification). A zero time leaves that time alone.
 func (v *Volume) Chtimes(name string, atime, mtime time.Time) error {
-	return v.changeEntry("chtimes", name, func(n *node) error {
-		if !mtime.IsZero() {
-			n.ent.ModDate, n.ent.ModTime, _ = ondisk.EncodeTime(mtime, v.loc)
-		}
-		if !atime.IsZero() {
-			n.ent.AccessDate, _, _ = ondisk.EncodeTime(atime, v.loc)
-		}
-		return nil
-	})
+	return v.changeEntry("chtimes", name, func(n *node) error { return n.chtimes(atime, mtime) })
+}
+
+func (n *node) chtimes(atime, mtime time.Time) error {
+	if !mtime.IsZero() {
+		n.ent.ModDate, n.ent.ModTime, _ = ondisk.EncodeTime(mtime, n.vol.loc)
+	}
+	if !atime.IsZero() {
+		n.ent.AccessDate, _, _ = ondisk.EncodeTime(atime, n.vol.loc)
+	}
+	return nil
 }
 
 // Attribute bits that SetAttributes may change.
@@ -475,13 +477,15 @@ const settableAttrs = ondisk.AttrReadOnly | ondisk.AttrHidden | ondisk.AttrSyste
 
 // SetAttributes sets the read-only, hidden, system and archive bits of an entry.
 func (v *Volume) SetAttributes(name string, attr uint8) error {
-	return v.changeEntry("chattr", name, func(n *node) error {
-		if attr&^settableAttrs != 0 {
-			return syscall.EINVAL
-		}
-		n.ent.Attr = n.ent.Attr&^settableAttrs | attr
-		return nil
-	})
+	return v.changeEntry("chattr", name, func(n *node) error { return n.setAttributes(attr) })
+}
+
+func (n *node) setAttributes(attr uint8) error {
+	if attr&^settableAttrs != 0 {
+		return syscall.EINVAL
+	}
+	n.ent.Attr = n.ent.Attr&^settableAttrs | attr
+	return nil
 }
 
 // Truncate sets the size of the named file.
@@ -520,4 +524,28 @@ func pathErr2(op, name string, err error) error {
 		return nil
 	}
 	return pathErr(op, name, err)
+}
+
+// SubdirCount is the number of subdirectories of the directory name, for link counts.
+func (v *Volume) SubdirCount(name string) (int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.usable(); err != nil {
+		return 0, pathErr("stat", name, err)
+	}
+	n, err := v.resolve(name)
+	if err != nil {
+		return 0, pathErr("stat", name, err)
+	}
+	d, err := n.loadDir()
+	if err != nil {
+		return 0, pathErr("stat", name, err)
+	}
+	count := 0
+	for off := range d.slots {
+		if d.buf[off+11]&ondisk.AttrDirectory != 0 {
+			count++
+		}
+	}
+	return count, nil
 }

@@ -177,10 +177,10 @@ func (t *table) chain(first uint32, limit uint32) ([]extent, error) {
 	c := first
 	for n := uint32(0); ; n++ {
 		if !t.isData(c) {
-			return ext, fmt.Errorf("%w: chain from cluster %d reaches invalid cluster %d", errCorrupt, first, c)
+			return ext, fmt.Errorf("%w: chain from cluster %d reaches invalid cluster %d", ErrCorrupt, first, c)
 		}
 		if n >= limit {
-			return ext, fmt.Errorf("%w: chain from cluster %d is longer than %d clusters (a cycle?)", errCorrupt, first, limit)
+			return ext, fmt.Errorf("%w: chain from cluster %d is longer than %d clusters (a cycle?)", ErrCorrupt, first, limit)
 		}
 		if k := len(ext); k > 0 && ext[k-1].start+ext[k-1].count == c {
 			ext[k-1].count++
@@ -192,7 +192,7 @@ func (t *table) chain(first uint32, limit uint32) ([]extent, error) {
 		case v == entEOC:
 			return ext, nil
 		case v == entFree || v == entBad:
-			return ext, fmt.Errorf("%w: chain from cluster %d runs into a free or bad cluster at %d", errCorrupt, first, c)
+			return ext, fmt.Errorf("%w: chain from cluster %d runs into a free or bad cluster at %d", ErrCorrupt, first, c)
 		}
 		c = v
 	}

@@ -94,6 +94,9 @@ type Volume struct {
 // Geometry returns the volume's layout.
 func (v *Volume) Geometry() ondisk.Geometry { return v.geo }
 
+// Options returns the options the volume was opened with, defaults filled in.
+func (v *Volume) Options() Options { return v.opts }
+
 // BlockSize is the I/O block size in use: the device layer's choice or Options.BlockSize.
 func (v *Volume) BlockSize() int { return v.blockSize }
 
@@ -302,10 +305,11 @@ func (v *Volume) writable() error {
 	return nil
 }
 
-var (
-	errClosed  = errors.New("volume is closed")
-	errCorrupt = errors.New("file system is corrupt")
-)
+var errClosed = errors.New("volume is closed")
+
+// ErrCorrupt is wrapped by every error that comes from what the disk holds rather than from the
+// device or the request: a broken chain, a directory that loops. Errno maps it to EIO, as Linux.
+var ErrCorrupt = errors.New("file system is corrupt")
 
 // trimOpenFiles drops the preallocated clusters of files still open at Close, as their last
 // close would have.
