@@ -48,14 +48,21 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			return e
 		}
 	}
-	if (setAtime || setMtime) && linked {
+	if setAtime || setMtime {
 		if !setAtime {
 			atime = time.Time{}
 		}
 		if !setMtime {
 			mtime = time.Time{}
 		}
-		if err := s.vol.Chtimes(p, atime, mtime); err != nil {
+		// Through the handle when there is one: futimens reaches a removed file too.
+		var err error
+		if file != nil {
+			err = file.Chtimes(atime, mtime)
+		} else {
+			err = s.vol.Chtimes(p, atime, mtime)
+		}
+		if err != nil {
 			return s.errno(err)
 		}
 	}
