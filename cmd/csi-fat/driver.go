@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/driver"
+	"github.com/csi-fat/csi-fat/node"
+)
+
+func init() {
+	register(&command{name: "driver", summary: "run the CSI plugin (identity, controller and node services)", run: runDriver})
+}
+
+// listFlag collects a repeatable flag's values; commas separate values too.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// sizeFlag is a byte count with an optional K, M, G or T suffix; 0 is allowed.
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return fmt.Sprint(int64(*s)) }
+func (s *sizeFlag) Set(v string) error {
+	if v == "0" {
+		*s = 0
+		return nil
+	}
+	n, err := parseSize(v)
+	*s = sizeFlag(n)
+	return err
+}
+
+// driverFlags are the driver command's options.
+type driverFlags struct {
+	endpoint, nodeID, driverName, poolDir, stateDir, metricsAddress string
+	reserve                                                         sizeFlag
+	maxVolumes                                                      int
+	usb                                                             bool
+	usbCfg                                                          node.USBConfig
+	allowVendor, denyVendor, allowModel, denyModel                  listFlag
+	allowSerial, denySerial, allowByID, denyByID                    listFlag
+}
+
+func defaultNodeID() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
+	f := &driverFlags{reserve: 1 << 30, usbCfg: node.DefaultUSBConfig()}
+	fs := flag.NewFlagSet("driver", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "gRPC endpoint to serve CSI on: unix:///path/to/socket")
+	fs.StringVar(&f.nodeID, "node-id", defaultNodeID(), "this node's ID, the Kubernetes node name (default: $NODE_NAME, else the host name)")
+	fs.StringVar(&f.driverName, "driver-name", driver.DefaultDriverName, "CSI driver name; the topology key is this name followed by /node")
+	fs.StringVar(&f.poolDir, "pool-dir", "/var/lib/csi-fat/pool", "image pool: the directory on a node-local disk where volumes are kept as image files")
+	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/csi-fat/state", "where node-local state (volumes, what is staged and published) is kept across restarts")
+	fs.Var(&f.reserve, "reserve", "bytes of the image pool's file system never given to volumes (K, M, G, T suffixes) (default 1G)")
+	fs.IntVar(&f.maxVolumes, "max-volumes", 64, "most volumes on this node, reported to the scheduler (0: no limit)")
+	fs.StringVar(&f.metricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on at /metrics (default: none)")
+	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
+	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
+	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates")
+	fs.StringVar(&f.usbCfg.DevDir, "usb-dev-dir", f.usbCfg.DevDir, "directory of the device nodes")
+	fs.StringVar(&f.usbCfg.ByIDDir, "usb-by-id-dir", f.usbCfg.ByIDDir, "directory of stable device names, which identify devices across re-plugging")
+	fs.Var(&f.allowVendor, "usb-allow-vendor", "only use devices whose vendor matches this shell pattern (repeatable)")
+	fs.Var(&f.denyVendor, "usb-deny-vendor", "never use devices whose vendor matches this shell pattern (repeatable)")
+	fs.Var(&f.allowModel, "usb-allow-model", "only use devices whose model matches (repeatable)")
+	fs.Var(&f.denyModel, "usb-deny-model", "never use devices whose model matches (repeatable)")
+	fs.Var(&f.allowSerial, "usb-allow-serial", "only use devices whose serial number matches (repeatable)")
+	fs.Var(&f.denySerial, "usb-deny-serial", "never use devices whose serial number matches (repeatable)")
+	fs.Var(&f.allowByID, "usb-allow-by-id", "only use devices with a by-id name matching this glob, e.g. 'usb-SanDisk_*' (repeatable)")
+	fs.Var(&f.denyByID, "usb-deny-by-id", "never use devices with a by-id name matching this glob (repeatable)")
+	klog.InitFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: csi-fat driver [OPTIONS]\n\n"+
+			"Run the CSI plugin: identity, controller and node services on one gRPC server. Volumes\n"+
+			"are FAT file systems in image files of the pool directory, or on whole USB disks, and are\n"+
+			"served through FUSE by this process. Every node runs it; volumes are accessible on the\n"+
+			"node that made them only (topology key <driver-name>/node). Allow/deny patterns: a device\n"+
+			"is used when it matches no deny pattern and, if any allow pattern is given, one of them.\n"+
+			"Log verbosity: -v=2 logs failed calls of every kind, -v=4 every request and answer.\n\noptions:\n")
+		fs.PrintDefaults()
+	}
+	return fs, f
+}
+
+func (f *driverFlags) config() driver.Config {
+	cfg := driver.Config{
+		Endpoint:       f.endpoint,
+		DriverName:     f.driverName,
+		MetricsAddress: f.metricsAddress,
+		Node: node.Config{
+			NodeID:     f.nodeID,
+			StateDir:   f.stateDir,
+			PoolDir:    f.poolDir,
+			Reserve:    int64(f.reserve),
+			MaxVolumes: f.maxVolumes,
+		},
+	}
+	if f.usb {
+		u := f.usbCfg
+		u.AllowVendors, u.DenyVendors = f.allowVendor, f.denyVendor
+		u.AllowModels, u.DenyModels = f.allowModel, f.denyModel
+		u.AllowSerials, u.DenySerials = f.allowSerial, f.denySerial
+		u.AllowByID, u.DenyByID = f.allowByID, f.denyByID
+		cfg.Node.USB = &u
+	}
+	return cfg
+}
+
+func runDriver(args []string) int {
+	fs, f := newDriverFlagSet(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "csi-fat driver: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	if f.maxVolumes < 0 {
+		fmt.Fprintf(os.Stderr, "csi-fat driver: --max-volumes %d is negative\n", f.maxVolumes)
+		return 2
+	}
+	defer klog.Flush()
+	d, err := driver.New(f.config())
+	if err != nil {
+		klog.ErrorS(err, "starting the driver")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		klog.ErrorS(err, "driver stopped")
+		return 1
+	}
+	klog.InfoS("driver stopped; staged volumes were written back")
+	return 0
+}

@@ -1,0 +1,207 @@
+// Package driver is csi-fat's CSI plugin: the identity and controller services and the node
+// service of package node, on one gRPC server on a unix socket. Volumes live on the node that
+// makes them, so every node runs all three services; in Kubernetes the csi-provisioner sidecar
+// runs beside it in distributed mode (--node-deployment) and calls the controller service of the
+// node a volume is wanted on.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/node"
+)
+
+// DefaultDriverName is the CSI driver name unless --driver-name says otherwise.
+const DefaultDriverName = "fat.csi-fat.io"
+
+// Version is the driver's version, reported by GetPluginInfo; release builds set it with
+// -ldflags "-X github.com/csi-fat/csi-fat/driver.Version=...".
+var Version = "dev"
+
+// TopologyKey is the key of the one topology segment, whose value is the node ID: every
+// volume is accessible only on the node it was made on. It is the driver name followed by
+// "/node", e.g. fat.csi-fat.io/node, so that two installations under different names do not
+// mix.
+func TopologyKey(driverName string) string { return driverName + "/node" }
+
+// Config configures a driver.
+type Config struct {
+	// Endpoint is where the gRPC server listens: unix:///path/to/csi.sock.
+	Endpoint string
+	// DriverName is the CSI driver name (a DNS name of at most 63 characters).
+	DriverName string
+	// MetricsAddress is where Prometheus metrics are served over HTTP (host:port); "" for none.
+	MetricsAddress string
+	// Node configures the node side; its TopologyKey is derived from DriverName.
+	Node node.Config
+}
+
+// Driver is a running CSI plugin.
+type Driver struct {
+	cfg      Config
+	manager  *node.Manager
+	server   *grpc.Server
+	listener net.Listener
+	socket   string
+	metrics  *metrics
+	http     *http.Server
+	httpAddr net.Addr
+
+	stopOnce sync.Once
+	served   chan error
+}
+
+// driverNameRE is the CSI spec's rule for plugin names.
+var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]{0,61}[a-zA-Z0-9])?$`)
+
+// socketPath takes the socket's path out of a unix:// endpoint.
+func socketPath(endpoint string) (string, error) {
+	p, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		p, ok = strings.CutPrefix(endpoint, "unix:")
+	}
+	if !ok || p == "" {
+		return "", fmt.Errorf("endpoint %q: want unix:///path/to/socket", endpoint)
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("endpoint %q: the socket path must be absolute", endpoint)
+	}
+	return p, nil
+}
+
+// New checks the configuration, reads the node-local state, serves again what was staged
+// before a restart, and listens. Serving starts with Start.
+func New(cfg Config) (*Driver, error) {
+	if cfg.DriverName == "" {
+		cfg.DriverName = DefaultDriverName
+	}
+	if !driverNameRE.MatchString(cfg.DriverName) {
+		return nil, fmt.Errorf("driver name %q: want at most 63 letters, digits, '-' and '.', starting and ending with a letter or digit", cfg.DriverName)
+	}
+	socket, err := socketPath(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Node.TopologyKey = TopologyKey(cfg.DriverName)
+	m, err := node.NewManager(cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Restore(); err != nil {
+		// The plugin still serves: the volumes that failed say so in their condition, and
+		// kubelet's next NodeStageVolume tries again.
+		klog.ErrorS(err, "restoring staged volumes")
+	}
+	d := &Driver{cfg: cfg, manager: m, socket: socket, served: make(chan error, 2)}
+	d.metrics = newMetrics(m)
+	d.server = grpc.NewServer(grpc.UnaryInterceptor(d.metrics.intercept))
+	csi.RegisterIdentityServer(d.server, &identity{name: cfg.DriverName, manager: m})
+	csi.RegisterControllerServer(d.server, &controller{m: m})
+	csi.RegisterNodeServer(d.server, node.NewService(m))
+
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		return nil, err
+	}
+	if err := removeStaleSocket(socket); err != nil {
+		return nil, err
+	}
+	d.listener, err = net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	if cfg.MetricsAddress != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddress)
+		if err != nil {
+			d.listener.Close()
+			return nil, fmt.Errorf("metrics address %s: %w", cfg.MetricsAddress, err)
+		}
+		d.httpAddr = ln.Addr()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", d.metrics.handler())
+		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.served <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+	}
+	return d, nil
+}
+
+// removeStaleSocket removes a socket left by an earlier run; anything else at the path is an
+// error rather than something to delete.
+func removeStaleSocket(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("endpoint %s exists and is not a socket", path)
+	}
+	return os.Remove(path)
+}
+
+// Start serves gRPC in the background.
+func (d *Driver) Start() {
+	klog.InfoS("serving CSI", "driver", d.cfg.DriverName, "node", d.cfg.Node.NodeID, "endpoint", d.cfg.Endpoint,
+		"topologyKey", TopologyKey(d.cfg.DriverName), "version", Version)
+	go func() {
+		if err := d.server.Serve(d.listener); err != nil {
+			d.served <- fmt.Errorf("grpc server: %w", err)
+		}
+	}()
+}
+
+// Run serves until ctx is done or a server fails, then stops.
+func (d *Driver) Run(ctx context.Context) error {
+	d.Start()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-d.served:
+	}
+	d.Stop()
+	return err
+}
+
+// Stop stops serving gRPC (letting calls in flight finish, for a while) and writes every staged
+// volume back. The FUSE mounts end with the process; a new one serves them again.
+func (d *Driver) Stop() {
+	d.stopOnce.Do(func() {
+		done := make(chan struct{})
+		go func() { d.server.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			d.server.Stop()
+		}
+		if d.http != nil {
+			d.http.Close()
+		}
+		d.manager.Shutdown()
+		os.Remove(d.socket)
+	})
+}
+
+// Manager is the node side.
+func (d *Driver) Manager() *node.Manager { return d.manager }
+
+// MetricsAddr is the metrics server's address (with the port chosen, for ":0"), or nil.
+func (d *Driver) MetricsAddr() net.Addr { return d.httpAddr }

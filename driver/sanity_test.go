@@ -1,0 +1,63 @@
+package driver
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/usbtest"
+)
+
+// idGen makes volume IDs of this driver's form that name no volume, so that sanity's
+// "unknown volume" cases reach the look-up rather than stopping at validation.
+type idGen struct{ n atomic.Int64 }
+
+func (g *idGen) GenerateUniqueValidVolumeID() string {
+	return node.VolumeID{Pool: node.PoolImage, Node: testNode, Name: fmt.Sprintf("no-such-volume-%d", g.n.Add(1))}.String()
+}
+func (g *idGen) GenerateInvalidVolumeID() string   { return g.GenerateUniqueValidVolumeID() }
+func (g *idGen) GenerateUniqueValidNodeID() string { return fmt.Sprintf("node-%d", g.n.Add(1)) }
+func (g *idGen) GenerateInvalidNodeID() string     { return "no-such-node" }
+
+const sanityVolumeSize = 64 << 20
+
+func sanityConfig(td *testDriver, params map[string]string) sanity.TestConfig {
+	cfg := sanity.NewTestConfig()
+	cfg.Address = td.endpoint
+	cfg.TargetPath = filepath.Join(td.dir, "sanity-target")
+	cfg.StagingPath = filepath.Join(td.dir, "sanity-staging")
+	cfg.TestVolumeSize = sanityVolumeSize
+	cfg.TestVolumeParameters = params
+	cfg.IDGen = &idGen{}
+	return cfg
+}
+
+// TestSanity runs csi-sanity against two real servers on unix sockets: one with the image
+// pool (sparse image files), one with the USB pool on loop devices behind a fake sysfs tree.
+// Volumes are served through real FUSE mounts and bind mounts.
+func TestSanity(t *testing.T) {
+	requireFUSE(t)
+	images := startDriver(t, "", nil)
+	imageCfg := sanityConfig(images, map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush})
+	Describe("image pool", func() { sanity.GinkgoTest(&imageCfg) })
+
+	if why := usbtest.Available(); why != "" {
+		t.Errorf("the usb pool's sanity run cannot run: %s", why)
+	} else {
+		fake := usbtest.New(t)
+		for i := 0; i < 4; i++ {
+			fake.Add(t, sanityVolumeSize, "Fake", "Stick", fmt.Sprintf("SANITY%04d", i))
+		}
+		usb := startDriver(t, "", withUSB(fake))
+		usbCfg := sanityConfig(usb, map[string]string{node.ParamPool: node.PoolUSB, node.ParamReclaim: node.ReclaimWipe})
+		Describe("usb pool", func() { sanity.GinkgoTest(&usbCfg) })
+	}
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "csi-fat sanity")
+}

@@ -1,0 +1,153 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/mkfs"
+)
+
+// Image sizes.
+const (
+	// DefaultImageSize is the size of a volume whose request names none.
+	DefaultImageSize = 1 << 30
+	// MaxImageSize is the largest FAT volume with 512-byte sectors: 2^32 sectors.
+	MaxImageSize = 1<<32*512 - 512
+	imageSuffix  = ".img"
+	// creatingSuffix marks an image being made; a leading dot keeps it apart from every volume
+	// name, which cannot start with one.
+	creatingSuffix = ".creating"
+)
+
+// imagePool keeps volumes as sparse image files in one directory on a node-local disk.
+type imagePool struct {
+	dir     string
+	reserve int64 // bytes of the pool's file system never promised to volumes
+}
+
+func (p *imagePool) path(name string) string { return filepath.Join(p.dir, name+imageSuffix) }
+
+func (p *imagePool) creatingPath(name string) string {
+	return filepath.Join(p.dir, "."+name+imageSuffix+creatingSuffix)
+}
+
+// removeLeftovers deletes images a crash left half made.
+func (p *imagePool) removeLeftovers() error {
+	left, err := filepath.Glob(filepath.Join(p.dir, ".*"+imageSuffix+creatingSuffix))
+	if err != nil {
+		return err
+	}
+	for _, f := range left {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("image pool: remove half-made image: %w", err)
+		}
+	}
+	return nil
+}
+
+// chooseImageSize picks an image size in [required, limit] (limit 0: none), rounded up to a
+// whole MiB where the limit allows, else to 4 KiB or a sector, so the device layer can use large
+// blocks. A size too small for the file system asked for grows to the next that fits, within the
+// limit; what cannot fit is OutOfRange.
+func chooseImageSize(required, limit int64, params Params) (int64, error) {
+	size := required
+	if size == 0 {
+		size = DefaultImageSize
+		if limit != 0 && limit < size {
+			size = limit
+		}
+	}
+	for _, align := range []int64{1 << 20, 4096, 512} {
+		if up := (size + align - 1) / align * align; limit == 0 || up <= limit {
+			size = up
+			break
+		}
+	}
+	if limit != 0 && size > limit {
+		return 0, status.Errorf(codes.OutOfRange, "no whole number of 512-byte sectors lies between %d and %d bytes", required, limit)
+	}
+	opts, err := params.mkfsOptions(512)
+	if err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	first := size
+	for size <= MaxImageSize && (limit == 0 || size <= limit) {
+		_, err = mkfs.Plan(size, opts)
+		if err == nil {
+			return size, nil
+		}
+		if !errors.Is(err, mkfs.ErrNoFit) {
+			return 0, status.Errorf(codes.InvalidArgument, "file system parameters: %v", err)
+		}
+		if required != 0 && size >= 2*required+64<<20 {
+			break // growing helps only a volume that is too small
+		}
+		size = (size*2 + 1<<20 - 1) / (1 << 20) * (1 << 20)
+	}
+	return 0, status.Errorf(codes.OutOfRange, "no FAT file system with these parameters fits %d bytes (limit %d): %v", first, limit, err)
+}
+
+// create makes a sparse image of size bytes and formats it. The image appears under its
+// final name only once formatted, so a crash never leaves a volume without a file system.
+func (p *imagePool) create(name string, size int64, params Params) error {
+	tmp := p.creatingPath(name)
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("image pool: %w", err)
+	}
+	dev, err := blockdev.CreateImage(tmp, size)
+	if err != nil {
+		return err
+	}
+	opts, err := params.mkfsOptions(dev.LogicalBlockSize())
+	if err == nil {
+		_, err = mkfs.Format(dev, opts)
+	}
+	if cerr := dev.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p.path(name))
+	}
+	if err == nil {
+		err = syncDir(p.dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("image pool: create %s: %w", p.path(name), err)
+	}
+	return nil
+}
+
+// remove deletes a volume's image; a missing image is already deleted.
+func (p *imagePool) remove(name string) error {
+	if err := os.Remove(p.path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("image pool: %w", err)
+	}
+	return syncDir(p.dir)
+}
+
+// unwritten is how many bytes of an image are promised but not yet allocated on disk: what
+// filling it would still take from the pool's file system.
+func (p *imagePool) unwritten(name string, size int64) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(p.path(name), &st); err != nil {
+		return size
+	}
+	return max(size-st.Blocks*512, 0)
+}
+
+// free is the space the pool's file system has for unprivileged writers.
+func (p *imagePool) free() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.dir, &st); err != nil {
+		return 0, fmt.Errorf("image pool: statfs %s: %w", p.dir, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

@@ -1,0 +1,31 @@
+package node
+
+import "sync"
+
+// inFlight holds one lock per volume name. Operations do not queue behind each other: the CO
+// retries, and a second call for a volume while one is running is answered with Aborted, as the
+// CSI spec asks.
+type inFlight struct {
+	mu    sync.Mutex
+	names map[string]string // volume name -> the operation holding it
+}
+
+func newInFlight() *inFlight { return &inFlight{names: map[string]string{}} }
+
+// tryLock takes the volume's lock for op; when another operation holds it, it returns false
+// and that operation's name.
+func (f *inFlight) tryLock(name, op string) (bool, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if holder, busy := f.names[name]; busy {
+		return false, holder
+	}
+	f.names[name] = op
+	return true, ""
+}
+
+func (f *inFlight) unlock(name string) {
+	f.mu.Lock()
+	delete(f.names, name)
+	f.mu.Unlock()
+}

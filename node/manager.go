@@ -1,0 +1,430 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Config is what the node side needs to know.
+type Config struct {
+	NodeID string
+	// TopologyKey names the one topology segment, whose value is the node ID.
+	TopologyKey string
+	// StateDir holds the node-local state file.
+	StateDir string
+	// PoolDir is the image pool's directory.
+	PoolDir string
+	// Reserve is bytes of the image pool's file system never promised to volumes.
+	Reserve int64
+	// MaxVolumes bounds the volumes on this node (0: no bound).
+	MaxVolumes int
+	// USB enables the USB pool; nil leaves it off.
+	USB *USBConfig
+}
+
+// Manager owns the node's volumes: their pools, their records in the node-local state, and
+// the FUSE servers of the staged ones. Its methods answer with gRPC status errors, since
+// both CSI services call them.
+type Manager struct {
+	cfg       Config
+	statePath string
+	images    imagePool
+	usb       *USBConfig
+	mounts    *mounts
+	locks     *inFlight
+	// provision serializes choosing where a new volume goes with making it, so two creates
+	// cannot both count on the same free space or claim the same device.
+	provision sync.Mutex
+
+	mu     sync.Mutex // guards state and served
+	state  *State
+	served map[string]*servedVolume // by volume name
+}
+
+// StateFile is the node-local state's file name in Config.StateDir.
+const StateFile = "state.json"
+
+// NewManager checks the configuration, makes the directories and reads the node-local state.
+// Call Restore next to serve what was staged before.
+func NewManager(cfg Config) (*Manager, error) {
+	if err := ValidateNodeID(cfg.NodeID); err != nil {
+		return nil, err
+	}
+	if cfg.TopologyKey == "" {
+		return nil, fmt.Errorf("no topology key")
+	}
+	if cfg.USB != nil {
+		if err := cfg.USB.ValidatePatterns(); err != nil {
+			return nil, err
+		}
+	}
+	for _, dir := range []string{cfg.StateDir, cfg.PoolDir} {
+		if !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("directory %q is not an absolute path", dir)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	m := &Manager{
+		cfg:       cfg,
+		statePath: filepath.Join(cfg.StateDir, StateFile),
+		images:    imagePool{dir: cfg.PoolDir, reserve: cfg.Reserve},
+		usb:       cfg.USB,
+		mounts:    newMounts(),
+		locks:     newInFlight(),
+		served:    map[string]*servedVolume{},
+	}
+	if err := m.images.removeLeftovers(); err != nil {
+		return nil, err
+	}
+	st, err := loadState(m.statePath)
+	if err != nil {
+		return nil, err
+	}
+	m.state = st
+	return m, nil
+}
+
+// NodeID is the node's ID.
+func (m *Manager) NodeID() string { return m.cfg.NodeID }
+
+// TopologyKey is the topology segment's key.
+func (m *Manager) TopologyKey() string { return m.cfg.TopologyKey }
+
+// MaxVolumes is the bound on volumes on this node, 0 for none.
+func (m *Manager) MaxVolumes() int { return m.cfg.MaxVolumes }
+
+// USBEnabled tells whether the USB pool is on.
+func (m *Manager) USBEnabled() bool { return m.usb != nil }
+
+// Probe checks that the image pool's file system answers.
+func (m *Manager) Probe() error {
+	_, err := m.images.free()
+	return err
+}
+
+// lock takes the volume's lock, or answers Aborted while another operation holds it.
+func (m *Manager) lock(name, op string) (func(), error) {
+	if ok, holder := m.locks.tryLock(name, op); !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is in flight: %s", name, holder)
+	}
+	return func() { m.locks.unlock(name) }, nil
+}
+
+// saveLocked writes the state; the caller holds m.mu.
+func (m *Manager) saveLocked() error {
+	if err := m.state.save(m.statePath); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+// ownID parses a volume ID and checks that it names a volume of this node: any other is
+// NotFound here.
+func (m *Manager) ownID(volumeID string) (VolumeID, error) {
+	id, err := ParseVolumeID(volumeID)
+	if err != nil {
+		return id, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if id.Node != m.cfg.NodeID {
+		return id, status.Errorf(codes.NotFound, "volume %s lives on node %s, this is node %s", volumeID, id.Node, m.cfg.NodeID)
+	}
+	return id, nil
+}
+
+// record returns a copy of the volume's record, or NotFound.
+func (m *Manager) record(id VolumeID) (VolumeRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.state.Volumes[id.Name]
+	if !ok || v.ID != id.String() {
+		return VolumeRecord{}, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+	}
+	return *v, nil
+}
+
+// Volume returns the record of the volume with this ID: InvalidArgument for a malformed ID,
+// NotFound for one that is not here.
+func (m *Manager) Volume(volumeID string) (VolumeRecord, error) {
+	id, err := m.ownID(volumeID)
+	if err != nil {
+		return VolumeRecord{}, err
+	}
+	return m.record(id)
+}
+
+// CreateVolume makes the named volume, or returns it when it exists with a compatible size
+// and the same parameters (AlreadyExists otherwise).
+func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit int64, params Params) (VolumeRecord, error) {
+	if err := ValidateName(name); err != nil {
+		return VolumeRecord{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	unlock, err := m.lock(name, "CreateVolume")
+	if err != nil {
+		return VolumeRecord{}, err
+	}
+	defer unlock()
+
+	m.mu.Lock()
+	existing, exists := m.state.Volumes[name]
+	count := len(m.state.Volumes)
+	m.mu.Unlock()
+	if exists {
+		switch {
+		case existing.Params != params:
+			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
+		case existing.Size < required || (limit != 0 && existing.Size > limit):
+			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside %d..%d", name, existing.Size, required, limit)
+		}
+		return *existing, nil
+	}
+	if params.Pool == PoolUSB && m.usb == nil {
+		return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "the usb pool is not enabled on node %s", m.cfg.NodeID)
+	}
+
+	m.provision.Lock()
+	defer m.provision.Unlock()
+	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
+		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+	}
+	rec := VolumeRecord{
+		ID:      VolumeID{Pool: params.Pool, Node: m.cfg.NodeID, Name: name}.String(),
+		Name:    name,
+		Params:  params,
+		Created: time.Now().UTC(),
+	}
+	switch params.Pool {
+	case PoolImage:
+		size, err := chooseImageSize(required, limit, params)
+		if err != nil {
+			return VolumeRecord{}, err
+		}
+		avail, err := m.imageCapacity()
+		if err != nil {
+			return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+		}
+		if size > avail {
+			return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
+		}
+		if err := m.images.create(name, size, params); err != nil {
+			return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+		}
+		rec.Size = size
+	case PoolUSB:
+		dev, err := m.claimUSB(required, limit, params)
+		if err != nil {
+			return VolumeRecord{}, err
+		}
+		rec.Size, rec.Device = dev.Size, dev.ID
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.Volumes[name] = &rec
+	if err := m.saveLocked(); err != nil {
+		delete(m.state.Volumes, name)
+		if rec.Device == "" {
+			m.images.remove(name)
+		}
+		return VolumeRecord{}, err
+	}
+	klog.InfoS("created volume", "volume", rec.ID, "size", rec.Size, "device", rec.Device)
+	return rec, nil
+}
+
+// DeleteVolume removes a volume: its image, or its claim on a USB device after the reclaim
+// policy. A volume that does not exist is already deleted.
+func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
+	id, err := ParseVolumeID(volumeID)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if id.Node != m.cfg.NodeID {
+		// Deleting it here would succeed without removing anything: the volume is elsewhere.
+		return status.Errorf(codes.InvalidArgument, "volume %s lives on node %s; this is node %s", volumeID, id.Node, m.cfg.NodeID)
+	}
+	unlock, err := m.lock(id.Name, "DeleteVolume")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := m.record(id)
+	if status.Code(err) == codes.NotFound {
+		return nil
+	}
+	m.mu.Lock()
+	staged := m.state.Staged[id.Name]
+	m.mu.Unlock()
+	if staged != nil {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s; unstage it first", volumeID, staged.Path)
+	}
+	switch id.Pool {
+	case PoolImage:
+		if err := m.images.remove(id.Name); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+	case PoolUSB:
+		if rec.Params.Reclaim == ReclaimWipe {
+			if err := m.wipeUSB(rec); err != nil {
+				return err
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.state.Volumes, id.Name)
+	if err := m.saveLocked(); err != nil {
+		return err
+	}
+	klog.InfoS("deleted volume", "volume", volumeID)
+	return nil
+}
+
+// wipeUSB leaves a fresh empty file system on a released device.
+func (m *Manager) wipeUSB(rec VolumeRecord) error {
+	if m.usb == nil {
+		return status.Errorf(codes.FailedPrecondition, "volume %s: the usb pool is not enabled, so its device cannot be wiped", rec.ID)
+	}
+	dev, err := m.usb.findUSB(rec.Device)
+	if errors.Is(err, os.ErrNotExist) {
+		return status.Errorf(codes.FailedPrecondition, "volume %s has reclaim=wipe but its device %s is not attached", rec.ID, rec.Device)
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	p := rec.Params
+	p.Adopt = false
+	if err := formatDevice(dev.Path, p); err != nil {
+		return status.Errorf(codes.Internal, "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
+	}
+	return nil
+}
+
+// Capacity is the largest volume that can still be made in the pool these parameters name:
+// for the image pool the free space of its file system less the reserve and less what the
+// images already made may still fill; for the USB pool the largest free device.
+func (m *Manager) Capacity(params Params) (int64, error) {
+	m.mu.Lock()
+	count := len(m.state.Volumes)
+	m.mu.Unlock()
+	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
+		return 0, nil
+	}
+	switch params.Pool {
+	case PoolUSB:
+		if m.usb == nil {
+			return 0, nil
+		}
+		free, _, err := m.freeUSB()
+		if err != nil {
+			return 0, status.Error(codes.Internal, err.Error())
+		}
+		if len(free) == 0 {
+			return 0, nil
+		}
+		return free[len(free)-1].Size, nil
+	default:
+		c, err := m.imageCapacity()
+		if err != nil {
+			return 0, status.Error(codes.Internal, err.Error())
+		}
+		return c, nil
+	}
+}
+
+// imageCapacity is the largest image that can still be made without overcommitting the pool.
+func (m *Manager) imageCapacity() (int64, error) {
+	free, err := m.images.free()
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	var promised int64
+	for _, v := range m.state.Volumes {
+		if v.Device == "" {
+			promised += m.images.unwritten(v.Name, v.Size)
+		}
+	}
+	m.mu.Unlock()
+	return min(max(free-promised-m.images.reserve, 0), MaxImageSize), nil
+}
+
+// devicePath is where a volume's bytes are now: its image, or its USB device's node.
+func (m *Manager) devicePath(rec VolumeRecord) (string, error) {
+	if rec.Device == "" {
+		p := m.images.path(rec.Name)
+		if _, err := os.Stat(p); err != nil {
+			return "", status.Errorf(codes.Internal, "volume %s: image: %v", rec.ID, err)
+		}
+		return p, nil
+	}
+	if m.usb == nil {
+		return "", status.Errorf(codes.FailedPrecondition, "volume %s is on a usb device but the usb pool is not enabled", rec.ID)
+	}
+	dev, err := m.usb.findUSB(rec.Device)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", status.Errorf(codes.FailedPrecondition, "volume %s: usb device %s is not attached", rec.ID, rec.Device)
+	}
+	if err != nil {
+		return "", status.Error(codes.Internal, err.Error())
+	}
+	return dev.Path, nil
+}
+
+// Shutdown writes every served volume back and makes it durable, for a plugin about to exit.
+// The mounts stay: they end with the process and Restore serves them again.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	served := make([]*servedVolume, 0, len(m.served))
+	for _, sv := range m.served {
+		served = append(served, sv)
+	}
+	m.mu.Unlock()
+	for _, sv := range served {
+		if err := sv.vol.Sync(); err != nil {
+			klog.ErrorS(err, "writing back at shutdown", "volume", sv.name)
+		}
+	}
+}
+
+// Release undoes what this process mounted, for the demo and tests that end with volumes still
+// staged: every published target is unmounted (lazily if busy) and every served volume
+// unmounted and closed, writing it back. The records stay, so a new run would restore them.
+func (m *Manager) Release() {
+	m.mu.Lock()
+	targets := make([]string, 0, len(m.state.Published))
+	for t := range m.state.Published {
+		targets = append(targets, t)
+	}
+	served := m.served
+	m.served = map[string]*servedVolume{}
+	m.mu.Unlock()
+	for _, t := range targets {
+		if err := m.mounts.unmount(t); err != nil {
+			m.mounts.detachAll(t)
+		}
+	}
+	for _, sv := range served {
+		if err := sv.stop(); err != nil && !sv.gone() {
+			m.mounts.detachAll(sv.path)
+			select {
+			case <-sv.done:
+			case <-time.After(unmountWait):
+				klog.ErrorS(err, "a detached mount is still in use; closing its volume under it", "volume", sv.name)
+			}
+			if err := sv.vol.Close(); err != nil {
+				klog.ErrorS(err, "writing back", "volume", sv.name)
+			}
+		}
+	}
+}

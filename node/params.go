@@ -1,0 +1,192 @@
+package node
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/csi-fat/csi-fat/fatvol/mkfs"
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// StorageClass parameter names.
+const (
+	ParamPool        = "pool"
+	ParamFATType     = "fatType"
+	ParamClusterSize = "clusterSize"
+	ParamLabel       = "label"
+	ParamFATs        = "fats"
+	ParamMode        = "mode"
+	ParamAdopt       = "adopt"
+	ParamReclaim     = "reclaim"
+)
+
+// Write modes: how eagerly a staged volume writes back (fatvol.Options).
+const (
+	ModeDefault = "default" // write-back cache, flushed by the background writer, fsync and unmount
+	ModeFlush   = "flush"   // also write a file back when it is closed (vfat's flush)
+	ModeSync    = "sync"    // every change durable before the call returns (vfat's sync)
+)
+
+// Reclaim policies of USB volumes: what DeleteVolume leaves on the device.
+const (
+	ReclaimKeep = "keep" // the file system and its files stay as they are
+	ReclaimWipe = "wipe" // a fresh empty file system
+)
+
+// reservedParamPrefix marks parameters the Kubernetes provisioner adds itself
+// (csi.storage.k8s.io/pvc/name and the like, and fstype): accepted and ignored.
+const reservedParamPrefix = "csi.storage.k8s.io/"
+
+// Params are a volume's StorageClass parameters, checked and normalized, as recorded in the
+// node-local state. Two requests for the same name are compatible only with equal Params.
+type Params struct {
+	Pool        string `json:"pool"`
+	FATType     int    `json:"fatType,omitempty"`     // 0 = by size, like mkfs.fat
+	ClusterSize int    `json:"clusterSize,omitempty"` // bytes; 0 = by size
+	Label       string `json:"label,omitempty"`
+	FATs        int    `json:"fats,omitempty"` // 0 = 2
+	Mode        string `json:"mode"`
+	Adopt       bool   `json:"adopt,omitempty"`
+	Reclaim     string `json:"reclaim,omitempty"` // USB only
+}
+
+// ParseParams checks StorageClass parameters. Unknown keys are an error, so a typo does not
+// silently make a different volume than the one asked for.
+func ParseParams(in map[string]string) (Params, error) {
+	p := Params{Pool: PoolImage, Mode: ModeDefault}
+	var unknown []string
+	for key, val := range in {
+		var err error
+		switch key {
+		case ParamPool:
+			if val != PoolImage && val != PoolUSB {
+				err = fmt.Errorf("want %q or %q", PoolImage, PoolUSB)
+			}
+			p.Pool = val
+		case ParamFATType:
+			switch strings.ToLower(val) {
+			case "auto", "":
+				p.FATType = 0
+			case "12", "16", "32":
+				p.FATType, _ = strconv.Atoi(val)
+			default:
+				err = fmt.Errorf("want auto, 12, 16 or 32")
+			}
+		case ParamClusterSize:
+			p.ClusterSize, err = parseClusterSize(val)
+		case ParamLabel:
+			if _, lerr := ondisk.EncodeLabel(strings.ToUpper(val)); lerr != nil {
+				err = lerr
+			}
+			p.Label = strings.ToUpper(val)
+		case ParamFATs:
+			p.FATs, err = strconv.Atoi(val)
+			if err == nil && (p.FATs < 1 || p.FATs > 4) {
+				err = fmt.Errorf("want 1 to 4")
+			}
+		case ParamMode:
+			switch val {
+			case ModeDefault, ModeFlush, ModeSync:
+				p.Mode = val
+			default:
+				err = fmt.Errorf("want %s, %s or %s", ModeDefault, ModeFlush, ModeSync)
+			}
+		case ParamAdopt:
+			p.Adopt, err = strconv.ParseBool(val)
+		case ParamReclaim:
+			switch val {
+			case ReclaimKeep, ReclaimWipe:
+				p.Reclaim = val
+			default:
+				err = fmt.Errorf("want %s or %s", ReclaimKeep, ReclaimWipe)
+			}
+		default:
+			if !strings.HasPrefix(key, reservedParamPrefix) {
+				unknown = append(unknown, key)
+			}
+		}
+		if err != nil {
+			return Params{}, fmt.Errorf("parameter %s=%q: %w", key, val, err)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return Params{}, fmt.Errorf("unknown parameter(s): %s", strings.Join(unknown, ", "))
+	}
+	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "") {
+		return Params{}, fmt.Errorf("parameters %s and %s apply to the %s pool only", ParamAdopt, ParamReclaim, PoolUSB)
+	}
+	if p.Pool == PoolUSB && p.Reclaim == "" {
+		p.Reclaim = ReclaimKeep
+	}
+	if p.FATType == 0 && p.ClusterSize == 0 && p.FATs == 0 && p.Label == "" {
+		return p, nil
+	}
+	if p.Adopt {
+		// An adopted file system keeps its own geometry and label.
+		return Params{}, fmt.Errorf("parameters %s, %s, %s and %s make a new file system and cannot go with %s=true",
+			ParamFATType, ParamClusterSize, ParamFATs, ParamLabel, ParamAdopt)
+	}
+	return p, nil
+}
+
+// parseClusterSize takes bytes as a number with an optional K suffix ("4096", "4K", "4KiB"):
+// a power of two from 512 bytes to 64 KiB, the range Linux mounts.
+func parseClusterSize(s string) (int, error) {
+	mult := 1
+	t := strings.TrimSuffix(strings.TrimSuffix(s, "iB"), "B")
+	if strings.HasSuffix(t, "K") || strings.HasSuffix(t, "k") {
+		mult, t = 1024, t[:len(t)-1]
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil {
+		return 0, fmt.Errorf("want bytes, e.g. 4096 or 4K")
+	}
+	n *= mult
+	if n < 512 || n > 64<<10 || n&(n-1) != 0 {
+		return 0, fmt.Errorf("want a power of two from 512 to 65536 bytes")
+	}
+	return n, nil
+}
+
+// Map is the parameters as a volume context: what the volume was made with, for the record.
+func (p Params) Map() map[string]string {
+	m := map[string]string{ParamPool: p.Pool, ParamMode: p.Mode}
+	if p.FATType != 0 {
+		m[ParamFATType] = strconv.Itoa(p.FATType)
+	}
+	if p.ClusterSize != 0 {
+		m[ParamClusterSize] = strconv.Itoa(p.ClusterSize)
+	}
+	if p.Label != "" {
+		m[ParamLabel] = p.Label
+	}
+	if p.FATs != 0 {
+		m[ParamFATs] = strconv.Itoa(p.FATs)
+	}
+	if p.Adopt {
+		m[ParamAdopt] = "true"
+	}
+	if p.Reclaim != "" {
+		m[ParamReclaim] = p.Reclaim
+	}
+	return m
+}
+
+// mkfsOptions are the formatter's options for these parameters on a device whose sectors are
+// sectorSize bytes (512 for image files).
+func (p Params) mkfsOptions(sectorSize int) (mkfs.Options, error) {
+	o := mkfs.Options{FATType: ondisk.FATType(p.FATType), Label: p.Label, NumFATs: p.FATs}
+	if p.ClusterSize != 0 {
+		if p.ClusterSize < sectorSize {
+			return o, fmt.Errorf("cluster size %d is smaller than the device's %d-byte sectors", p.ClusterSize, sectorSize)
+		}
+		o.SectorsPerCluster = p.ClusterSize / sectorSize
+		if sectorSize > 512 {
+			o.SectorSize = sectorSize
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,80 @@
+package node
+
+import (
+	"fmt"
+
+	"k8s.io/klog/v2"
+)
+
+// Restore brings back what the node-local state says was staged and published before the
+// plugin restarted. The FUSE servers died with the old process, leaving dead mounts at the
+// staging paths and at the targets bound to them: each staged volume is served again at its
+// staging path and each target bound again, so pods and kubelet find them where they were.
+// Records of volumes that no longer exist are dropped and their mounts removed. A volume whose
+// device is missing stays recorded and unserved (its condition says so) until NodeStageVolume
+// is retried with the device back.
+func (m *Manager) Restore() error {
+	m.mu.Lock()
+	volumes := map[string]VolumeRecord{}
+	for name, v := range m.state.Volumes {
+		volumes[name] = *v
+	}
+	staged := map[string]StageRecord{}
+	for name, st := range m.state.Staged {
+		staged[name] = *st
+	}
+	published := map[string]PublishRecord{}
+	for target, p := range m.state.Published {
+		published[target] = *p
+	}
+	m.mu.Unlock()
+
+	var failed []string
+	for name, st := range staged {
+		rec, ok := volumes[name]
+		if !ok {
+			klog.InfoS("dropping the staging record of a volume that no longer exists", "volume", name, "path", st.Path)
+			m.forget(func(s *State) { delete(s.Staged, name) }, st.Path)
+			continue
+		}
+		if err := m.stage(rec, &st); err != nil {
+			klog.ErrorS(err, "serving a staged volume again", "volume", rec.ID, "path", st.Path)
+			failed = append(failed, rec.ID)
+		}
+	}
+	for target, pub := range published {
+		st, ok := staged[pub.Name]
+		if _, exists := volumes[pub.Name]; !exists || !ok {
+			klog.InfoS("dropping the publish record of a volume that is not staged", "volume", pub.Name, "target", target)
+			m.forget(func(s *State) { delete(s.Published, target) }, target)
+			continue
+		}
+		m.mu.Lock()
+		sv := m.served[pub.Name]
+		m.mu.Unlock()
+		if sv == nil {
+			continue // not served: the dead mount stays until the volume is staged again
+		}
+		if err := m.publish(pub.Name, st.Path, target, pub.ReadOnly); err != nil {
+			klog.ErrorS(err, "binding a published volume again", "volume", pub.Name, "target", target)
+			failed = append(failed, pub.Name+" at "+target)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("restore: %d volume(s) could not be served again: %v", len(failed), failed)
+	}
+	return nil
+}
+
+// forget drops a record and removes any mount left at path.
+func (m *Manager) forget(drop func(*State), path string) {
+	if err := m.mounts.detachAll(path); err != nil {
+		klog.ErrorS(err, "removing a stale mount", "path", path)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	drop(m.state)
+	if err := m.saveLocked(); err != nil {
+		klog.ErrorS(err, "saving node state")
+	}
+}

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+)
+
+// servedVolume is a staged volume: the engine open on its device, served through FUSE at the
+// staging path by this process.
+type servedVolume struct {
+	name string
+	path string // staging path
+	dev  *meteredDevice
+	vol  *fatvol.Volume
+	srv  *fatfuse.Server
+	done chan struct{} // closed when the FUSE mount is gone
+}
+
+// unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
+// successful unmount.
+const unmountWait = 10 * time.Second
+
+// mountOptions builds the FUSE mount options for staging: the StorageClass's mount options,
+// then what the driver decides. A mount group (the pod's fsGroup) becomes the owner group of
+// every file, since FAT records no owners, and unless the mount options set masks the group may
+// write, as Kubernetes expects of an fsGroup volume. allow_other is always on: pods run as
+// other users than the driver.
+func mountOptions(flags []string, group string, readOnly bool) (fatfuse.Options, error) {
+	var opts []string
+	masks := false
+	for _, f := range flags {
+		for _, o := range strings.Split(f, ",") {
+			o = strings.TrimSpace(o)
+			if o == "" {
+				continue
+			}
+			key, _, _ := strings.Cut(o, "=")
+			if key == "umask" || key == "dmask" || key == "fmask" {
+				masks = true
+			}
+			opts = append(opts, o)
+		}
+	}
+	if group != "" {
+		gid, err := strconv.ParseUint(group, 10, 32)
+		if err != nil {
+			return fatfuse.Options{}, fmt.Errorf("volume mount group %q is not a numeric group ID", group)
+		}
+		opts = append(opts, "gid="+strconv.FormatUint(gid, 10))
+		if !masks {
+			opts = append(opts, "umask=002")
+		}
+	}
+	opts = append(opts, "allow_other")
+	if readOnly {
+		opts = append(opts, "ro")
+	}
+	return fatfuse.ParseOptions(strings.Join(opts, ","))
+}
+
+// volumeOptions are the engine's options for a write mode and mount options.
+func volumeOptions(opts fatfuse.Options, mode string) fatvol.Options {
+	vo := opts.VolumeOptions()
+	vo.Flush = mode == ModeFlush || opts.Flush
+	vo.Sync = mode == ModeSync || opts.Sync
+	vo.Logger = slog.New(logr.ToSlogHandler(klog.Background()))
+	return vo
+}
+
+// serveVolume opens the device at devicePath and serves it at stagingPath.
+func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {
+	file, err := blockdev.Open(devicePath, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	dev := newMeteredDevice(file, devicePath)
+	vol, err := fatvol.Open(dev, volumeOptions(opts, mode))
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("open volume %s on %s: %w", name, devicePath, err)
+	}
+	srv, err := fatfuse.Mount(vol, stagingPath, opts)
+	if err != nil {
+		if cerr := vol.Close(); cerr != nil {
+			klog.ErrorS(cerr, "closing volume after a failed mount", "volume", name)
+		}
+		return nil, err
+	}
+	sv := &servedVolume{name: name, path: stagingPath, dev: dev, vol: vol, srv: srv, done: make(chan struct{})}
+	go func() {
+		srv.Wait()
+		close(sv.done)
+	}()
+	return sv, nil
+}
+
+// gone tells whether the FUSE mount has ended, e.g. unmounted from outside.
+func (sv *servedVolume) gone() bool {
+	select {
+	case <-sv.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop unmounts, waits for the FUSE session to end and closes the volume, which writes
+// everything back and marks it clean. It fails, serving on, while the mount is busy.
+func (sv *servedVolume) stop() error {
+	if err := sv.srv.Unmount(); err != nil && !sv.gone() {
+		return err
+	}
+	select {
+	case <-sv.done:
+	case <-time.After(unmountWait):
+		return fmt.Errorf("unmount %s: the FUSE session did not end within %v", sv.path, unmountWait)
+	}
+	if err := sv.vol.Close(); err != nil {
+		return fmt.Errorf("write back volume %s: %w", sv.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Service is the CSI node service.
+type Service struct {
+	csi.UnimplementedNodeServer
+	m *Manager
+}
+
+// NewService serves the manager's volumes.
+func NewService(m *Manager) *Service { return &Service{m: m} }
+
+var _ csi.NodeServer = (*Service)(nil)
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// checkPath refuses what kubelet never sends: an empty or relative path, or one with NUL.
+func checkPath(what, p string) error {
+	switch {
+	case p == "":
+		return invalid("%s is missing", what)
+	case !filepath.IsAbs(p):
+		return invalid("%s %q is not absolute", what, p)
+	case slices.Contains([]byte(p), 0):
+		return invalid("%s holds a NUL byte", what)
+	}
+	return nil
+}
+
+// NodeStageVolume serves the volume through FUSE at the staging path.
+func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	id, err := ParseVolumeID(req.GetVolumeId())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	unlock, err := s.m.lock(id.Name, "NodeStageVolume")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := s.m.record(id)
+	if err != nil {
+		return nil, err
+	}
+	mnt := req.GetVolumeCapability().GetMount()
+	want := StageRecord{
+		Path:       filepath.Clean(req.GetStagingTargetPath()),
+		ReadOnly:   readOnlyMode(req.GetVolumeCapability()),
+		MountFlags: mnt.GetMountFlags(),
+		MountGroup: mnt.GetVolumeMountGroup(),
+		AccessMode: int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
+	}
+	s.m.mu.Lock()
+	have := s.m.state.Staged[id.Name]
+	served := s.m.served[id.Name]
+	s.m.mu.Unlock()
+	if have != nil {
+		if have.Path != want.Path {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, have.Path, want.Path)
+		}
+		if !sameStage(have, &want) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged at %s with another capability", id, want.Path)
+		}
+		if served != nil && !served.gone() {
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		// Recorded but not served (its device was away at restore, or the mount was taken away
+		// from outside): serve it again.
+	}
+	if err := s.m.stage(rec, &want); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func sameStage(a, b *StageRecord) bool {
+	return a.Path == b.Path && a.ReadOnly == b.ReadOnly && a.MountGroup == b.MountGroup &&
+		a.AccessMode == b.AccessMode && slices.Equal(a.MountFlags, b.MountFlags)
+}
+
+// stage mounts the volume at st.Path and records it. The caller holds the volume's lock.
+func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
+	opts, err := mountOptions(st.MountFlags, st.MountGroup, st.ReadOnly)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	devPath, err := m.devicePath(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(st.Path, 0o750); err != nil && !isCorrupted(st.Path) {
+		return status.Errorf(codes.Internal, "staging path: %v", err)
+	}
+	m.mu.Lock()
+	old := m.served[rec.Name]
+	delete(m.served, rec.Name)
+	m.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	// Whatever is mounted here now is left over: a dead FUSE mount of an earlier run of the
+	// plugin, or of a mount that went away.
+	if err := m.mounts.detachAll(st.Path); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	sv, err := serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
+	if err != nil {
+		return status.Errorf(codes.Internal, "serve volume %s at %s: %v", rec.ID, st.Path, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.served[rec.Name] = sv
+	m.state.Staged[rec.Name] = st
+	if err := m.saveLocked(); err != nil {
+		delete(m.served, rec.Name)
+		delete(m.state.Staged, rec.Name)
+		if serr := sv.stop(); serr != nil {
+			klog.ErrorS(serr, "unmounting after failing to record it", "volume", rec.ID)
+		}
+		return err
+	}
+	klog.InfoS("staged volume", "volume", rec.ID, "path", st.Path, "device", devPath, "readOnly", st.ReadOnly)
+	return nil
+}
+
+// isCorrupted tells whether path is a dead mount.
+func isCorrupted(path string) bool {
+	_, err := os.Stat(path)
+	return err != nil && !errors.Is(err, os.ErrNotExist) && healthy(path) != nil
+}
+
+// NodeUnstageVolume unmounts the staging path once nothing is published from it, writing
+// everything back and marking the file system clean.
+func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id, err := ParseVolumeID(req.GetVolumeId())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	unlock, err := s.m.lock(id.Name, "NodeUnstageVolume")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	path := filepath.Clean(req.GetStagingTargetPath())
+	m := s.m
+	m.mu.Lock()
+	st := m.state.Staged[id.Name]
+	targets := m.state.targetsOf(id.Name)
+	sv := m.served[id.Name]
+	m.mu.Unlock()
+	if st == nil || st.Path != path {
+		// Not staged here: only a dead mount can be left to clean.
+		if isCorrupted(path) {
+			if err := m.mounts.detachAll(path); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	if len(targets) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %v", id, targets)
+	}
+	if sv != nil {
+		if err := sv.stop(); err != nil {
+			if sv.gone() {
+				// The mount is gone but writing back failed: nothing more can be done for it.
+				klog.ErrorS(err, "unstaging", "volume", id.String())
+			} else {
+				return nil, status.Errorf(codes.Internal, "unstage %s: %v", id, err)
+			}
+		}
+	} else if err := m.mounts.detachAll(path); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.served, id.Name)
+	delete(m.state.Staged, id.Name)
+	if err := m.saveLocked(); err != nil {
+		return nil, err
+	}
+	klog.InfoS("unstaged volume", "volume", id.String(), "path", path)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume bind-mounts the staged volume at the target path.
+func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, err := ParseVolumeID(req.GetVolumeId())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := checkPath("target path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
+	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	unlock, err := s.m.lock(id.Name, "NodePublishVolume")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if _, err := s.m.record(id); err != nil {
+		return nil, err
+	}
+	m := s.m
+	target := filepath.Clean(req.GetTargetPath())
+	staging := filepath.Clean(req.GetStagingTargetPath())
+	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
+
+	m.mu.Lock()
+	st := m.state.Staged[id.Name]
+	have := m.state.Published[target]
+	others := m.state.targetsOf(id.Name)
+	sv := m.served[id.Name]
+	m.mu.Unlock()
+	if st == nil || st.Path != staging {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
+	}
+	if sv == nil || sv.gone() {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s but not served; stage it again", id, staging)
+	}
+	if have != nil {
+		if have.Name != id.Name {
+			return nil, status.Errorf(codes.FailedPrecondition, "target %s holds another volume", target)
+		}
+		if have.ReadOnly != readOnly {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with readOnly=%v", id, target, have.ReadOnly)
+		}
+		if healthy(target) == nil {
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+	}
+	single := mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
+		st.AccessMode == int32(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
+	if single && !readOnly && len(others) > 0 && !(len(others) == 1 && others[0] == target) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is published at %v", id, others)
+	}
+	if st.ReadOnly && !readOnly {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged read-only; it cannot be published read-write", id)
+	}
+	if err := m.publish(id.Name, staging, target, readOnly); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publish bind-mounts staging at target and records it.
+func (m *Manager) publish(name, staging, target string, readOnly bool) error {
+	if err := os.MkdirAll(target, 0o750); err != nil && !isCorrupted(target) {
+		return status.Errorf(codes.Internal, "target path: %v", err)
+	}
+	if err := m.mounts.detachAll(target); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if err := m.mounts.bind(staging, target, readOnly); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.Published[target] = &PublishRecord{Name: name, ReadOnly: readOnly}
+	if err := m.saveLocked(); err != nil {
+		delete(m.state.Published, target)
+		m.mounts.unmount(target)
+		return err
+	}
+	klog.InfoS("published volume", "volume", name, "target", target, "readOnly", readOnly)
+	return nil
+}
+
+// NodeUnpublishVolume writes the volume back, unmounts the target and removes it.
+func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, err := ParseVolumeID(req.GetVolumeId())
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := checkPath("target path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	unlock, err := s.m.lock(id.Name, "NodeUnpublishVolume")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	m := s.m
+	target := filepath.Clean(req.GetTargetPath())
+	m.mu.Lock()
+	pub := m.state.Published[target]
+	sv := m.served[id.Name]
+	_, exists := m.state.Volumes[id.Name]
+	m.mu.Unlock()
+	if pub != nil && pub.Name != id.Name {
+		return nil, status.Errorf(codes.FailedPrecondition, "target %s holds volume %s, not %s", target, pub.Name, id.Name)
+	}
+	if pub == nil && !exists {
+		if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
+			return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+		}
+	}
+	if pub != nil && sv != nil && !sv.gone() {
+		if err := sv.vol.Sync(); err != nil {
+			klog.ErrorS(err, "writing back before unpublishing", "volume", id.String())
+		}
+	}
+	mounted, err := m.mounts.isMountPoint(target)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if mounted {
+		if err := m.mounts.unmount(target); err != nil {
+			return nil, status.Errorf(codes.Internal, "unpublish %s: %v", id, err)
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "remove target path: %v", err)
+	}
+	if pub != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.state.Published, target)
+		if err := m.saveLocked(); err != nil {
+			return nil, err
+		}
+		klog.InfoS("unpublished volume", "volume", id.String(), "target", target)
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetInfo names the node, its topology and how many volumes it takes.
+func (s *Service) NodeGetInfo(ctx context.Context, req *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             s.m.NodeID(),
+		MaxVolumesPerNode:  int64(s.m.MaxVolumes()),
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{s.m.TopologyKey(): s.m.NodeID()}},
+	}, nil
+}
+
+// volumeConditionCapability is VOLUME_CONDITION, which kubelet asks for before it reports
+// volume health.
+const volumeConditionCapability = csi.NodeServiceCapability_RPC_VOLUME_CONDITION
+
+// NodeGetCapabilities lists what the node service does.
+func (s *Service) NodeGetCapabilities(ctx context.Context, req *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		volumeConditionCapability,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}},
+		})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}

@@ -1,0 +1,140 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// stateVersion is the format of the state file; a file of another version is refused rather
+// than misread.
+const stateVersion = 1
+
+// VolumeRecord is a volume that exists on this node.
+type VolumeRecord struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Params  Params    `json:"params"`
+	Created time.Time `json:"created"`
+	// Device is a USB volume's device, by its stable identity (see usbDevice.ID), never a
+	// /dev/sdX name, so that it is found again after re-plugging.
+	Device string `json:"device,omitempty"`
+}
+
+// StageRecord is a volume served through FUSE at its staging path.
+type StageRecord struct {
+	Path       string   `json:"path"`
+	ReadOnly   bool     `json:"readOnly,omitempty"`
+	MountFlags []string `json:"mountFlags,omitempty"`
+	MountGroup string   `json:"mountGroup,omitempty"`
+	AccessMode int32    `json:"accessMode"`
+}
+
+// PublishRecord is a bind mount of a staged volume at a target path.
+type PublishRecord struct {
+	Name     string `json:"name"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// State is everything the node must remember across a restart of the plugin.
+type State struct {
+	Version   int                       `json:"version"`
+	Volumes   map[string]*VolumeRecord  `json:"volumes"`   // by name
+	Staged    map[string]*StageRecord   `json:"staged"`    // by volume name
+	Published map[string]*PublishRecord `json:"published"` // by target path
+}
+
+func newState() *State {
+	return &State{
+		Version:   stateVersion,
+		Volumes:   map[string]*VolumeRecord{},
+		Staged:    map[string]*StageRecord{},
+		Published: map[string]*PublishRecord{},
+	}
+}
+
+// targetsOf lists the paths where the named volume is published.
+func (s *State) targetsOf(name string) []string {
+	var out []string
+	for target, p := range s.Published {
+		if p.Name == name {
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+// loadState reads the state file; a missing file is an empty state.
+func loadState(path string) (*State, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return newState(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read node state %s: %w", path, err)
+	}
+	s := newState()
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("read node state %s: %w", path, err)
+	}
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("node state %s has version %d; this driver reads version %d", path, s.Version, stateVersion)
+	}
+	if s.Volumes == nil {
+		s.Volumes = map[string]*VolumeRecord{}
+	}
+	if s.Staged == nil {
+		s.Staged = map[string]*StageRecord{}
+	}
+	if s.Published == nil {
+		s.Published = map[string]*PublishRecord{}
+	}
+	return s, nil
+}
+
+// save writes the state atomically: a new file beside the old one, made durable, renamed over
+// it, and the directory made durable, so a crash leaves either the old state or the new one.
+func (s *State) save(path string) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write node state %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write node state %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write node state %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write node state %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write node state %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write node state %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename or a removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// entriesPerNewFile is the directory entries one more file is reckoned to take: its short entry
+// and one long-name entry, which holds a name of up to 13 characters. Names like "pvc-data.bin"
+// fit; longer names take one more entry per 13 characters, so the estimate is an upper bound
+// for them and exact for 8.3 names written in upper case, which need only one.
+const entriesPerNewFile = 2
+
+// maxCountedEntries bounds the walk that counts used entries, so a huge volume cannot make a
+// stats call slow; past it the count is a lower bound.
+const maxCountedEntries = 1 << 20
+
+// VolumeStats is what NodeGetVolumeStats reports of a served volume.
+type VolumeStats struct {
+	TotalBytes, AvailableBytes, UsedBytes int64
+	TotalInodes, FreeInodes, UsedInodes   int64
+}
+
+// volumeStats measures a served volume. FAT has no inode table: the used "inodes" are the
+// files and directories on the volume, and the free ones are how many more files fit, by
+// directory entries: the free slots of a FAT12/16 fixed root directory plus what the free
+// clusters would hold as directory space, at entriesPerNewFile entries per file. Every new
+// directory entry needs that space, and an empty file needs nothing else.
+func volumeStats(vol *fatvol.Volume) (VolumeStats, error) {
+	st, err := vol.StatFS()
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	geo := vol.Geometry()
+	cluster := int64(st.ClusterSize)
+	vs := VolumeStats{
+		TotalBytes:     int64(st.TotalClusters) * cluster,
+		AvailableBytes: int64(st.FreeClusters) * cluster,
+		UsedBytes:      int64(st.UsedClusters) * cluster,
+	}
+	used, rootEntries, err := countEntries(vol)
+	if err != nil {
+		return VolumeStats{}, err
+	}
+	free := vs.AvailableBytes / ondisk.DirEntrySize / entriesPerNewFile
+	if geo.RootEntries > 0 {
+		// Entries in the fixed root: each file there has a short entry and usually one long one.
+		rootFree := int64(geo.RootEntries) - rootEntries*entriesPerNewFile
+		free += max(rootFree, 0) / entriesPerNewFile
+	}
+	vs.UsedInodes, vs.FreeInodes = used, free
+	vs.TotalInodes = used + free
+	return vs, nil
+}
+
+// countEntries counts the files and directories on the volume, and those in its root.
+func countEntries(vol *fatvol.Volume) (all, root int64, err error) {
+	errStop := errors.New("enough")
+	err = fs.WalkDir(vol, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		all++
+		if filepath.Dir(p) == "." {
+			root++
+		}
+		if all >= maxCountedEntries {
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return all, root, err
+}
+
+// condition judges a served volume's health: its device still there and answering, its mount
+// alive at path.
+func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (abnormal bool, msg string) {
+	if rec.Device != "" && m.usb != nil {
+		if _, err := m.usb.findUSB(rec.Device); err != nil {
+			return true, fmt.Sprintf("usb device %s has disappeared: %v", rec.Device, err)
+		}
+	} else if rec.Device == "" {
+		if _, err := os.Stat(m.images.path(rec.Name)); err != nil {
+			return true, fmt.Sprintf("image file: %v", err)
+		}
+	}
+	if n, last := sv.dev.ioErrors(); n > 0 {
+		return true, fmt.Sprintf("%d device I/O errors, the last: %v", n, last)
+	}
+	if sv.gone() {
+		return true, "the FUSE mount has ended; stage the volume again"
+	}
+	if err := healthy(path); err != nil {
+		return true, fmt.Sprintf("mount at %s: %v", path, err)
+	}
+	return false, "volume is served and its device answers"
+}
+
+// NodeGetVolumeStats reports bytes, inodes and the volume's condition.
+func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if _, err := ParseVolumeID(req.GetVolumeId()); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if req.GetVolumePath() == "" {
+		return nil, invalid("volume path is missing")
+	}
+	rec, err := s.m.Volume(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Clean(req.GetVolumePath())
+	m := s.m
+	m.mu.Lock()
+	st := m.state.Staged[rec.Name]
+	pub := m.state.Published[path]
+	sv := m.served[rec.Name]
+	m.mu.Unlock()
+	atStaging := st != nil && st.Path == path
+	atTarget := pub != nil && pub.Name == rec.Name
+	if !atStaging && !atTarget {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", rec.ID, path)
+	}
+	if sv == nil {
+		return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{
+			Abnormal: true, Message: "volume is recorded as staged but not served (is its device attached?)",
+		}}, nil
+	}
+	abnormal, msg := m.condition(rec, sv, path)
+	vs, err := volumeStats(sv.vol)
+	if err != nil {
+		// Without numbers the condition still tells the story.
+		return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{
+			Abnormal: true, Message: fmt.Sprintf("%s; reading the volume: %v", msg, err),
+		}}, nil
+	}
+	return &csi.NodeGetVolumeStatsResponse{
+		Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: vs.TotalBytes, Available: vs.AvailableBytes, Used: vs.UsedBytes},
+			{Unit: csi.VolumeUsage_INODES, Total: vs.TotalInodes, Available: vs.FreeInodes, Used: vs.UsedInodes},
+		},
+		VolumeCondition: &csi.VolumeCondition{Abnormal: abnormal, Message: msg},
+	}, nil
+}

@@ -1,0 +1,149 @@
+// Package usbtest stands in loop devices for USB sticks: it attaches sparse files to loop
+// devices and builds a sysfs tree and a by-id directory under a temporary directory that
+// describe them as removable USB disks, for tests of the USB pool. It needs root.
+package usbtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Stick is one stand-in USB stick.
+type Stick struct {
+	Loop   string // /dev/loopN
+	Kernel string // loopN
+	Serial string
+	ByID   string // by-id name
+	Size   int64
+	// SysDir is its /sys/block entry in the fake tree; removing it unplugs the stick.
+	SysDir string
+	// ByIDLink is its by-id symlink.
+	ByIDLink string
+}
+
+// Fake is a fake sysfs root and by-id directory with sticks in it.
+type Fake struct {
+	SysfsRoot string
+	ByIDDir   string
+	DevDir    string
+	Glob      string
+	Sticks    []*Stick
+	dir       string
+	n         int
+}
+
+// Available tells why loop devices cannot be used here, or "".
+func Available() string {
+	if os.Geteuid() != 0 {
+		return "needs root for loop devices"
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		return "needs losetup"
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return "needs /dev/loop-control"
+	}
+	return ""
+}
+
+// New makes an empty fake tree under a test temporary directory.
+func New(t testing.TB) *Fake {
+	t.Helper()
+	dir := t.TempDir()
+	f := &Fake{
+		SysfsRoot: filepath.Join(dir, "sys"),
+		ByIDDir:   filepath.Join(dir, "by-id"),
+		DevDir:    "/dev",
+		Glob:      "loop*",
+		dir:       dir,
+	}
+	for _, d := range []string{filepath.Join(f.SysfsRoot, "block"), f.ByIDDir, filepath.Join(dir, "images")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// Add attaches a sparse file of size bytes to a loop device and describes it as a removable
+// USB disk with the given vendor, model and serial. The loop device is detached at cleanup.
+func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stick {
+	t.Helper()
+	f.n++
+	img := filepath.Join(f.dir, "images", fmt.Sprintf("stick%d.img", f.n))
+	file, err := os.Create(img)
+	if err == nil {
+		err = file.Truncate(size)
+		file.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup %s: %v: %s", img, err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", loop).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v: %s", loop, err, out)
+		}
+	})
+	kernel := filepath.Base(loop)
+	devNum, err := os.ReadFile(filepath.Join("/sys/block", kernel, "dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The layout of a real stick: the block device's "device" link leads to the SCSI device,
+	// which sits below the USB interface and the USB device that carries the serial.
+	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", f.n))
+	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", f.n), "host0", "target0:0:0", "0:0:0:0")
+	sysDir := filepath.Join(f.SysfsRoot, "block", kernel)
+	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	files := map[string]string{
+		filepath.Join(usbDev, "idVendor"):  "0781",
+		filepath.Join(usbDev, "serial"):    serial,
+		filepath.Join(scsiDev, "vendor"):   fmt.Sprintf("%-8s", vendor),
+		filepath.Join(scsiDev, "model"):    fmt.Sprintf("%-16s", model),
+		filepath.Join(sysDir, "removable"): "1",
+		filepath.Join(sysDir, "size"):      fmt.Sprint(size / 512),
+		filepath.Join(sysDir, "dev"):       strings.TrimSpace(string(devNum)),
+	}
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(sysDir, "holders"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(scsiDev, filepath.Join(sysDir, "device")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(f.ByIDDir, byID)
+	if err := os.Symlink(loop, link); err != nil {
+		t.Fatal(err)
+	}
+	s := &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size, SysDir: sysDir, ByIDLink: link}
+	f.Sticks = append(f.Sticks, s)
+	return s
+}
+
+// Unplug removes a stick from the fake tree, as the kernel does when it is pulled out. The
+// loop device stays attached until cleanup.
+func (f *Fake) Unplug(t testing.TB, s *Stick) {
+	t.Helper()
+	if err := os.RemoveAll(s.SysDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.ByIDLink); err != nil {
+		t.Fatal(err)
+	}
+}
