@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/driver"
+	"github.com/csi-fat/csi-fat/node"
+)
+
+func init() {
+	register(&command{name: "demo", summary: "run the CSI driver without a cluster and mount one volume through it", run: runDemo})
+}
+
+// demoVolumeName is the CSI name of the demo's volume.
+const demoVolumeName = "demo-volume"
+
+type demoFlags struct {
+	dir   string
+	size  sizeFlag
+	label string
+	mode  string
+	keep  bool
+}
+
+func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
+	f := &demoFlags{size: 64 << 20}
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.dir, "dir", "/tmp/csi-fat-demo", "directory for the pool, the driver's state, its socket, its log and the mount")
+	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes) (default 64M)")
+	fs.StringVar(&f.label, "label", "CSIFATDEMO", "volume label")
+	fs.StringVar(&f.mode, "mode", node.ModeDefault, "write mode: default, flush or sync")
+	fs.BoolVar(&f.keep, "keep", false, "on exit keep the volume's image in DIR/pool instead of deleting it")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: csi-fat demo [OPTIONS]\n\n"+
+			"Run the CSI driver on this machine with no cluster: start it with an image pool in\n"+
+			"DIR/pool, then, as kubelet and the provisioner would, call CreateVolume, NodeStageVolume\n"+
+			"(served through FUSE) and NodePublishVolume (a bind mount at DIR/volume) over its unix\n"+
+			"socket. Then use DIR/volume like any directory until Ctrl-C (or SIGTERM), which unpublishes,\n"+
+			"unstages, deletes the volume and stops the driver. Needs root and /dev/fuse.\n\noptions:\n")
+		fs.PrintDefaults()
+	}
+	return fs, f
+}
+
+func runDemo(args []string) int {
+	fs, f := newDemoFlagSet(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "csi-fat demo: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	if err := demoPreflight(); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat demo: %v\n", err)
+		return 1
+	}
+	dir, err := filepath.Abs(f.dir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat demo: %v\n", err)
+		return 1
+	}
+	f.dir = dir
+	logPath := filepath.Join(dir, "driver.log")
+	if err := demoLogTo(logPath); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat demo: %v\n", err)
+		return 1
+	}
+	defer klog.Flush()
+
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	if err := demo(f, logPath, signals); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat demo: %v\n(driver log: %s)\n", err, logPath)
+		return 1
+	}
+	return 0
+}
+
+// demoPreflight says plainly what the machine lacks.
+func demoPreflight() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root, as a CSI node plugin does: it mounts through FUSE and bind-mounts (try: sudo csi-fat demo)")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("needs /dev/fuse: %v", err)
+	}
+	return nil
+}
+
+// demoLogTo sends the driver's log to a file, keeping the terminal for the demo's own words.
+func demoLogTo(path string) error {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false",
+		"stderrthreshold": "FATAL", "log_file": path, "v": "2"} {
+		if err := fs.Set(k, v); err != nil {
+			return fmt.Errorf("log settings: %w", err)
+		}
+	}
+	return nil
+}
+
+// demo runs the driver, mounts a volume through the CSI API, waits for a signal and undoes it.
+func demo(f *demoFlags, logPath string, signals <-chan os.Signal) error {
+	socket := filepath.Join(f.dir, "csi.sock")
+	staging := filepath.Join(f.dir, "staging")
+	target := filepath.Join(f.dir, "volume")
+	d, err := driver.New(driver.Config{
+		Endpoint: "unix://" + socket,
+		Node: node.Config{
+			NodeID:   "demo-node",
+			StateDir: filepath.Join(f.dir, "state"),
+			PoolDir:  filepath.Join(f.dir, "pool"),
+			// The demo's pool lives wherever DIR is: keep only a small reserve.
+			Reserve: 64 << 20,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	d.Start()
+	defer d.Stop()
+
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ident, ctrl, nodeSvc := csi.NewIdentityClient(conn), csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+
+	info, err := ident.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		return fmt.Errorf("GetPluginInfo: %w", err)
+	}
+	ni, err := nodeSvc.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		return fmt.Errorf("NodeGetInfo: %w", err)
+	}
+	fmt.Printf("csi-fat demo: driver %s %s serving CSI on unix://%s (node %s, topology %v)\n",
+		info.GetName(), info.GetVendorVersion(), socket, ni.GetNodeId(), ni.GetAccessibleTopology().GetSegments())
+
+	capability := &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "vfat"}},
+	}
+	vol, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:                      demoVolumeName,
+		CapacityRange:             &csi.CapacityRange{RequiredBytes: int64(f.size)},
+		VolumeCapabilities:        []*csi.VolumeCapability{capability},
+		Parameters:                map[string]string{node.ParamLabel: f.label, node.ParamMode: f.mode},
+		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{ni.GetAccessibleTopology()}},
+	})
+	if err != nil {
+		return fmt.Errorf("CreateVolume: %w", err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	fmt.Printf("csi-fat demo: CreateVolume made %s: %s in %s\n", id, humanSize(vol.GetVolume().GetCapacityBytes()), filepath.Join(f.dir, "pool"))
+
+	cleanup := func() error {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		var errs []error
+		if _, err := nodeSvc.NodeUnpublishVolume(cctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+			errs = append(errs, fmt.Errorf("NodeUnpublishVolume: %w", err))
+		}
+		if _, err := nodeSvc.NodeUnstageVolume(cctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+			errs = append(errs, fmt.Errorf("NodeUnstageVolume: %w", err))
+		}
+		if !f.keep && len(errs) == 0 {
+			if _, err := ctrl.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+				errs = append(errs, fmt.Errorf("DeleteVolume: %w", err))
+			}
+		}
+		if len(errs) > 0 {
+			// Whatever the calls could not undo, the driver takes down itself.
+			d.Manager().Release()
+		}
+		return errors.Join(errs...)
+	}
+
+	if _, err := nodeSvc.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, VolumeCapability: capability, VolumeContext: vol.GetVolume().GetVolumeContext(),
+	}); err != nil {
+		return errors.Join(fmt.Errorf("NodeStageVolume: %w", err), cleanup())
+	}
+	fmt.Printf("csi-fat demo: NodeStageVolume serves it through FUSE at %s\n", staging)
+	if _, err := nodeSvc.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: capability,
+		VolumeContext: vol.GetVolume().GetVolumeContext(),
+	}); err != nil {
+		return errors.Join(fmt.Errorf("NodePublishVolume: %w", err), cleanup())
+	}
+	fmt.Printf("csi-fat demo: NodePublishVolume bind-mounted it at %s\n", target)
+
+	hello := filepath.Join(target, "HELLO.TXT")
+	if err := os.WriteFile(hello, []byte("Hello from csi-fat: this file lives on a FAT volume served through FUSE.\r\n"), 0o644); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", hello, err), cleanup())
+	}
+	stats, err := nodeSvc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+	if err != nil {
+		return errors.Join(fmt.Errorf("NodeGetVolumeStats: %w", err), cleanup())
+	}
+	for _, u := range stats.GetUsage() {
+		fmt.Printf("csi-fat demo: NodeGetVolumeStats %-6s total %d, used %d, available %d\n", u.GetUnit(), u.GetTotal(), u.GetUsed(), u.GetAvailable())
+	}
+	fmt.Printf("csi-fat demo: condition: abnormal=%v (%s)\n", stats.GetVolumeCondition().GetAbnormal(), stats.GetVolumeCondition().GetMessage())
+	fmt.Printf("\nThe volume is ready. In another terminal:\n\n    ls -la %s\n    cat %s\n\n"+
+		"Stop with Ctrl-C here (or: kill -INT %d). That unpublishes, unstages and deletes the volume\n"+
+		"and stops the driver. The driver's log is %s.\n", target, hello, os.Getpid(), logPath)
+
+	sig := <-signals
+	fmt.Printf("\ncsi-fat demo: %v: cleaning up\n", sig)
+	if err := cleanup(); err != nil {
+		return err
+	}
+	if f.keep {
+		fmt.Printf("csi-fat demo: unmounted; the image stays in %s\n", filepath.Join(f.dir, "pool"))
+	} else {
+		fmt.Printf("csi-fat demo: unmounted and deleted the volume; stopped the driver\n")
+	}
+	return nil
+}
