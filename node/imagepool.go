@@ -64,13 +64,14 @@ func chooseImageSize(required, limit int64, params Params) (int64, error) {
 			size = limit
 		}
 	}
+	aligned := false
 	for _, align := range []int64{1 << 20, 4096, 512} {
 		if up := (size + align - 1) / align * align; limit == 0 || up <= limit {
-			size = up
+			size, aligned = up, true
 			break
 		}
 	}
-	if limit != 0 && size > limit {
+	if !aligned {
 		return 0, status.Errorf(codes.OutOfRange, "no whole number of 512-byte sectors lies between %d and %d bytes", required, limit)
 	}
 	opts, err := params.mkfsOptions(512)
