@@ -84,14 +84,14 @@ func (s Stats) String() string {
 		s.Reads, humanBytes(float64(s.BytesRead)), humanBytes(s.AvgReadSize()),
 		s.Writes, humanBytes(float64(s.BytesWritten)), humanBytes(s.AvgWriteSize()),
 		s.Flushes)
-	any := false
+	header := false
 	for i := 0; i < NumBuckets; i++ {
 		if s.ReadSizes[i] == 0 && s.WriteSizes[i] == 0 {
 			continue
 		}
-		if !any {
+		if !header {
 			fmt.Fprintf(&b, "%10s %10s %10s\n", "size<=", "reads", "writes")
-			any = true
+			header = true
 		}
 		fmt.Fprintf(&b, "%10s %10d %10d\n", humanBytes(float64(BucketLimit(i))), s.ReadSizes[i], s.WriteSizes[i])
 	}
