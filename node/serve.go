@@ -73,9 +73,12 @@ func volumeOptions(opts fatfuse.Options, mode string) fatvol.Options {
 	vo := opts.VolumeOptions()
 	vo.Flush = mode == ModeFlush || opts.Flush
 	vo.Sync = mode == ModeSync || opts.Sync
-	vo.Logger = slog.New(logr.ToSlogHandler(klog.Background()))
+	vo.Logger = engineLogger()
 	return vo
 }
+
+// engineLogger sends the engine's log to klog.
+func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Background())) }
 
 // serveVolume opens the device at devicePath and serves it at stagingPath.
 func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {

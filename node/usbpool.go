@@ -96,7 +96,7 @@ func formatDevice(path string, params Params) error {
 // TODO(fsck): run fatvol/fsck's check as well once that package lands, and refuse volumes it
 // finds damaged.
 func checkFileSystem(path string) error {
-	vol, err := fatvol.OpenImage(path, fatvol.Options{ReadOnly: true})
+	vol, err := fatvol.OpenImage(path, fatvol.Options{ReadOnly: true, Logger: engineLogger()})
 	if err != nil {
 		return err
 	}
