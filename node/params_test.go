@@ -1,0 +1,93 @@
+package node
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseVolumeID(t *testing.T) {
+	good := []string{"image:node-1:pvc-0b7c1a2e", "usb:worker.example.com:v_1.data"}
+	for _, s := range good {
+		id, err := ParseVolumeID(s)
+		if err != nil || id.String() != s {
+			t.Errorf("ParseVolumeID(%q) = %v, %v", s, id, err)
+		}
+	}
+	bad := []string{"", "image", "image:n", "image:n:v:w", "disk:n:v", "image::v", "image:n:", "image:n:..",
+		"image:n:.", "image:n:.hidden", "image:n:a/b", "image:n/x:v", "image:n:a\x00b", "image:n:a b",
+		"image:n:" + strings.Repeat("a", MaxNameLength+1), "image:" + strings.Repeat("n", MaxNodeIDLength+1) + ":v"}
+	for _, s := range bad {
+		if _, err := ParseVolumeID(s); err == nil {
+			t.Errorf("ParseVolumeID(%q) accepted", s)
+		}
+	}
+	if _, err := ParseVolumeID("image:n:" + strings.Repeat("a", MaxNameLength)); err != nil {
+		t.Errorf("a name of the maximum length: %v", err)
+	}
+}
+
+func TestParseParams(t *testing.T) {
+	tests := []struct {
+		in   map[string]string
+		want Params
+		bad  bool
+	}{
+		{in: nil, want: Params{Pool: PoolImage, Mode: ModeDefault}},
+		{in: map[string]string{"fatType": "auto", "csi.storage.k8s.io/pvc/name": "x"}, want: Params{Pool: PoolImage, Mode: ModeDefault}},
+		{in: map[string]string{"fatType": "32", "clusterSize": "4K", "label": "data", "fats": "1", "mode": "sync"},
+			want: Params{Pool: PoolImage, FATType: 32, ClusterSize: 4096, Label: "DATA", FATs: 1, Mode: ModeSync}},
+		{in: map[string]string{"pool": "usb"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep}},
+		{in: map[string]string{"pool": "usb", "adopt": "true", "reclaim": "wipe"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Adopt: true, Reclaim: ReclaimWipe}},
+		{in: map[string]string{"clusterSize": "65536"}, want: Params{Pool: PoolImage, Mode: ModeDefault, ClusterSize: 65536}},
+		{in: map[string]string{"pool": "nfs"}, bad: true},
+		{in: map[string]string{"fatType": "8"}, bad: true},
+		{in: map[string]string{"clusterSize": "128K"}, bad: true},
+		{in: map[string]string{"clusterSize": "256"}, bad: true},
+		{in: map[string]string{"clusterSize": "x"}, bad: true},
+		{in: map[string]string{"fats": "5"}, bad: true},
+		{in: map[string]string{"label": "TWELVE CHARS"}, bad: true},
+		{in: map[string]string{"mode": "writeback"}, bad: true},
+		{in: map[string]string{"adopt": "maybe", "pool": "usb"}, bad: true},
+		{in: map[string]string{"reclaim": "keep"}, bad: true},
+		{in: map[string]string{"pool": "usb", "adopt": "true", "fatType": "32"}, bad: true},
+		{in: map[string]string{"Pool": "image"}, bad: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseParams(tt.in)
+		if tt.bad {
+			if err == nil {
+				t.Errorf("ParseParams(%v) = %+v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseParams(%v) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+		// The volume context round-trips to the same parameters.
+		if again, err := ParseParams(got.Map()); err != nil || again != got {
+			t.Errorf("ParseParams(%v.Map()) = %+v, %v", got, again, err)
+		}
+	}
+}
+
+func TestMountOptions(t *testing.T) {
+	o, err := mountOptions([]string{"noatime", "flush,shortname=winnt"}, "2000", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GID != 2000 || o.FMask != 0o002 || o.DMask != 0o002 || !o.AllowOther || !o.Flush || o.ReadOnly {
+		t.Errorf("with a mount group: %+v", o)
+	}
+	o, err = mountOptions([]string{"umask=077"}, "2000", true)
+	if err != nil || o.FMask != 0o077 || !o.ReadOnly || o.GID != 2000 {
+		t.Errorf("explicit umask and read-only: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"data=ordered"}, {"uid=x"}} {
+		if _, err := mountOptions(bad, "", false); err == nil {
+			t.Errorf("mountOptions(%v) accepted", bad)
+		}
+	}
+	if _, err := mountOptions(nil, "wheel", false); err == nil {
+		t.Errorf("a non-numeric mount group was accepted")
+	}
+}
