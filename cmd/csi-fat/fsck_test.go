@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func needFsckTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"mkfs.fat", "fsck.fat", "mcopy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (apt-get install dosfstools mtools): %v", tool, err)
+		}
+	}
+}
+
+// fsckRun is one run of the fsck subcommand, in process.
+type fsckRun struct {
+	stdout, stderr string
+	code           int
+}
+
+func runFsckCmd(args ...string) fsckRun {
+	var out, errb bytes.Buffer
+	code := fsckMain(args, &out, &errb)
+	return fsckRun{out.String(), errb.String(), code}
+}
+
+// refFsck runs fsck.fat -n: its exit code and output.
+func refFsck(t *testing.T, img string) (int, string) {
+	t.Helper()
+	out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if exit != nil {
+		return exit.ExitCode(), string(out)
+	}
+	return 0, string(out)
+}
+
+// fsckTestImage makes a FAT16 image with mkfs.fat and copies a file and a directory into it.
+func fsckTestImage(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "vol.img")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(filepath.Join(src, "sub dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "sub dir", "hello world.txt"), bytes.Repeat([]byte("x"), 5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][]string{
+		{"mkfs.fat", "-F", "16", img},
+		{"mcopy", "-s", "-i", img, filepath.Join(src, "sub dir"), "::/"},
+	} {
+		cmd := exec.Command(c[0], c[1:]...)
+		cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	return img
+}
+
+var fsckSummaryRE = regexp.MustCompile(`(?m)^(.*): (\d+) files, (\d+)/(\d+) clusters$`)
+
+func TestFsckCommandClean(t *testing.T) {
+	needFsckTools(t)
+	img := fsckTestImage(t)
+	r := runFsckCmd("-n", img)
+	if r.code != fsckClean {
+		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	code, ref := refFsck(t, img)
+	if code != 0 {
+		t.Fatalf("fsck.fat -n exit %d:\n%s", code, ref)
+	}
+	ours := fsckSummaryRE.FindString(r.stdout)
+	theirs := fsckSummaryRE.FindString(ref)
+	if ours == "" || ours != theirs {
+		t.Errorf("summary line %q, fsck.fat prints %q", ours, theirs)
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr with -n: %q", r.stderr)
+	}
+	v := runFsckCmd("-n", "-v", img)
+	if v.code != 0 || !strings.Contains(v.stdout, "FAT16, 1 files, 1 directories") {
+		t.Errorf("-v: exit %d, stdout %q", v.code, v.stdout)
+	}
+}
+
+func TestFsckCommandProblems(t *testing.T) {
+	needFsckTools(t)
+	img := fsckTestImage(t)
+	// Set the dirty bit (FAT16: boot sector byte 37) and break the directory's size.
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x01}, 37); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r := runFsckCmd("-n", img)
+	if r.code != fsckProblems {
+		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "dirty bit is set") || fsckSummaryRE.FindString(r.stdout) == "" {
+		t.Errorf("stdout lacks the problem or the summary:\n%s", r.stdout)
+	}
+	if code, ref := refFsck(t, img); code == 0 || !strings.Contains(ref, "Dirty bit is set") {
+		t.Errorf("fsck.fat -n exit %d:\n%s", code, ref)
+	}
+
+	// Without -n: a notice, and the same check.
+	r2 := runFsckCmd(img)
+	if r2.code != fsckProblems || !strings.Contains(r2.stderr, "repair is not supported; checking only") || r2.stdout != r.stdout {
+		t.Errorf("without -n: exit %d, stderr %q, stdout %q", r2.code, r2.stderr, r2.stdout)
+	}
+}
+
+func TestFsckCommandCannotCheck(t *testing.T) {
+	dir := t.TempDir()
+	notFAT := filepath.Join(dir, "random.img")
+	if err := os.WriteFile(notFAT, bytes.Repeat([]byte("not a file system "), 100000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"not FAT", []string{"-n", notFAT}},
+		{"missing path", []string{"-n", filepath.Join(dir, "nope.img")}},
+		{"a directory", []string{"-n", dir}},
+		{"no path", []string{"-n"}},
+		{"two paths", []string{"-n", notFAT, notFAT}},
+		{"unknown flag", []string{"-x", notFAT}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runFsckCmd(tc.args...)
+			if r.code != fsckFailed {
+				t.Errorf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			if r.stderr == "" {
+				t.Error("nothing on stderr")
+			}
+		})
+	}
+	if _, err := exec.LookPath("fsck.fat"); err == nil {
+		if code, out := refFsck(t, notFAT); code == 0 {
+			t.Errorf("fsck.fat -n accepts the non-FAT file:\n%s", out)
+		}
+	}
+}
+
+func TestFsckCommandHelp(t *testing.T) {
+	r := runFsckCmd("--help")
+	if r.code != 0 {
+		t.Errorf("--help exit %d", r.code)
+	}
+	for _, want := range []string{"usage: csi-fat fsck [-n] [-v] PATH", "-n", "-v", "exit status", "Repair is not supported"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("--help lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if commands["fsck"] == nil {
+		t.Error("fsck is not registered as a subcommand")
+	}
+}
+
+// TestFsckBinaryExitCodes runs the built binary as a user would: 0 clean, 1 problems, 2 could
+// not check.
+func TestFsckBinaryExitCodes(t *testing.T) {
+	needFsckTools(t)
+	bin := filepath.Join(t.TempDir(), "csi-fat")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	clean := fsckTestImage(t)
+	dirty := fsckTestImage(t)
+	f, err := os.OpenFile(dirty, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x01}, 37); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{clean, 0}, {dirty, 1}, {filepath.Join(t.TempDir(), "missing.img"), 2}} {
+		cmd := exec.Command(bin, "fsck", "-n", tc.path)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != tc.want {
+			t.Errorf("csi-fat fsck -n %s: exit %d, want %d\n%s", tc.path, code, tc.want, out)
+		}
+	}
+}
