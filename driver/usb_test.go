@@ -239,3 +239,35 @@ func TestUSBVanishes(t *testing.T) {
 		t.Fatalf("staging a volume whose stick is gone: %v, want FailedPrecondition", err)
 	}
 }
+
+// TestUSBAdoptRefusesDamaged: a stick whose file system fsck.fat -n finds in need of repair (here
+// the dirty bit of a volume not cleanly unmounted) is not adopted; once fsck.fat -a repairs it,
+// it is.
+func TestUSBAdoptRefusesDamaged(t *testing.T) {
+	requireLoop(t)
+	fake := usbtest.New(t)
+	stick := fake.Add(t, 32<<20, "Fake", "Dirty", "DIRTY001")
+	run(t, "mkfs.fat", "-F", "16", stick.Loop)
+	// FAT16's state byte is at offset 37; bit 0 is Linux's dirty bit.
+	f, err := os.OpenFile(stick.Loop, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x01}, 37); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := exec.Command("fsck.fat", "-n", stick.Loop).Run(); err == nil {
+		t.Fatalf("fsck.fat -n finds nothing wrong with the dirty stick; the test needs a volume it would repair")
+	}
+	td := startDriver(t, "", withUSB(fake))
+	_, err = usbVolume(t, td, "dirty", 1, map[string]string{node.ParamAdopt: "true"})
+	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "repair") {
+		t.Fatalf("adopting a dirty stick: %v, want ResourceExhausted saying it needs repair", err)
+	}
+	exec.Command("fsck.fat", "-a", stick.Loop).Run()
+	run(t, "fsck.fat", "-n", stick.Loop)
+	if _, err := usbVolume(t, td, "dirty", 1, map[string]string{node.ParamAdopt: "true"}); err != nil {
+		t.Fatalf("adopting the repaired stick: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 )
 
@@ -91,11 +92,31 @@ func formatDevice(path string, params Params) error {
 	return err
 }
 
-// checkFileSystem makes sure a device holds a FAT file system the engine can serve: it opens
-// it read-only and reads every directory.
-// TODO(fsck): run fatvol/fsck's check as well once that package lands, and refuse volumes it
-// finds damaged.
+// checkFileSystem makes sure a device holds a FAT file system that is whole and that the
+// engine can serve: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
+// unmounted counts), and the engine opens it read-only and reads every directory.
 func checkFileSystem(path string) error {
+	dev, err := blockdev.Open(path, true)
+	if err != nil {
+		return err
+	}
+	rep, err := fsck.Check(dev)
+	dev.Close()
+	if err != nil {
+		return fmt.Errorf("check %s: %w", path, err)
+	}
+	if !rep.Clean() {
+		problems := rep.Errors()
+		var msgs []string
+		for i, p := range problems {
+			if i == 3 {
+				msgs = append(msgs, fmt.Sprintf("and %d more", len(problems)-i))
+				break
+			}
+			msgs = append(msgs, p.String())
+		}
+		return fmt.Errorf("check %s: the file system needs repair: %s", path, strings.Join(msgs, "; "))
+	}
 	vol, err := fatvol.OpenImage(path, fatvol.Options{ReadOnly: true, Logger: engineLogger()})
 	if err != nil {
 		return err
