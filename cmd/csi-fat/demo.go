@@ -41,7 +41,7 @@ func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.dir, "dir", "/tmp/csi-fat-demo", "directory for the pool, the driver's state, its socket, its log and the mount")
-	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes) (default 64M)")
+	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes)")
 	fs.StringVar(&f.label, "label", "CSIFATDEMO", "volume label")
 	fs.StringVar(&f.mode, "mode", node.ModeDefault, "write mode: default, flush or sync")
 	fs.BoolVar(&f.keep, "keep", false, "on exit keep the volume's image in DIR/pool instead of deleting it")

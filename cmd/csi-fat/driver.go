@@ -37,7 +37,18 @@ func (l *listFlag) Set(s string) error {
 // sizeFlag is a byte count with an optional K, M, G or T suffix; 0 is allowed.
 type sizeFlag int64
 
-func (s *sizeFlag) String() string { return fmt.Sprint(int64(*s)) }
+func (s *sizeFlag) String() string {
+	n := int64(*s)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d%s", n>>u.shift, u.suffix)
+		}
+	}
+	return fmt.Sprint(n)
+}
 func (s *sizeFlag) Set(v string) error {
 	if v == "0" {
 		*s = 0
@@ -76,7 +87,7 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.driverName, "driver-name", driver.DefaultDriverName, "CSI driver name; the topology key is this name followed by /node")
 	fs.StringVar(&f.poolDir, "pool-dir", "/var/lib/csi-fat/pool", "image pool: the directory on a node-local disk where volumes are kept as image files")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/csi-fat/state", "where node-local state (volumes, what is staged and published) is kept across restarts")
-	fs.Var(&f.reserve, "reserve", "bytes of the image pool's file system never given to volumes (K, M, G, T suffixes) (default 1G)")
+	fs.Var(&f.reserve, "reserve", "bytes of the image pool's file system never given to volumes (K, M, G, T suffixes)")
 	fs.IntVar(&f.maxVolumes, "max-volumes", 64, "most volumes on this node, reported to the scheduler (0: no limit)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on at /metrics (default: none)")
 	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
