@@ -152,3 +152,39 @@ func (p *imagePool) free() (int64, error) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
+
+// largestImage is the largest whole-MiB image up to upTo that the parameters can format: FAT12
+// and FAT16 (and a forced cluster size) stop well below what a disk may have free, and
+// GetCapacity should not promise what CreateVolume would answer with OutOfRange. 0 when none fits.
+func largestImage(upTo int64, params Params) int64 {
+	opts, err := params.mkfsOptions(512)
+	if err != nil {
+		return 0
+	}
+	fits := func(size int64) bool {
+		_, err := mkfs.Plan(size, opts)
+		return err == nil
+	}
+	upTo = upTo / (1 << 20) * (1 << 20)
+	if upTo <= 0 {
+		return 0
+	}
+	if fits(upTo) {
+		return upTo
+	}
+	smallest, err := chooseImageSize(1<<20, upTo, params)
+	if err != nil {
+		return 0
+	}
+	// Sizes that fit form a range: search its upper end between smallest and upTo.
+	lo, hi := smallest/(1<<20), upTo/(1<<20) // lo fits, hi does not
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid << 20) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo << 20
+}

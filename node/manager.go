@@ -338,7 +338,7 @@ func (m *Manager) Capacity(params Params) (int64, error) {
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		return c, nil
+		return largestImage(c, params), nil
 	}
 }
 
