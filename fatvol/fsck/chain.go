@@ -57,20 +57,19 @@ func (c *checker) checkFile(i int32) {
 	if f.deleted {
 		return
 	}
-	path := c.path(i)
 	isRoot := i == 0
 	if f.isDir() && !isRoot {
 		if f.size != 0 {
-			c.problem(BadEntry, Error, path, 0, f.entryOff, "directory has non-zero size %d", f.size)
+			c.problem(BadEntry, Error, c.path(i), 0, f.entryOff, "directory has non-zero size %d", f.size)
 		}
 		if f.start == 0 {
-			c.problem(BadEntry, Error, path, 0, f.entryOff, "directory start cluster is 0, which points to the root directory")
+			c.problem(BadEntry, Error, c.path(i), 0, f.entryOff, "directory start cluster is 0, which points to the root directory")
 			f.deleted = true
 			return
 		}
 		if p := f.parent; p >= 0 && (p > 0 || c.g.Type == ondisk.FAT32) {
 			if f.start == c.files[p].start {
-				c.problem(BadEntry, Error, path, f.start, f.entryOff, "directory start cluster %d points to its containing directory", f.start)
+				c.problem(BadEntry, Error, c.path(i), f.start, f.entryOff, "directory start cluster %d points to its containing directory", f.start)
 				f.deleted = true
 				return
 			}
@@ -80,7 +79,7 @@ func (c *checker) checkFile(i int32) {
 					g = 0
 				}
 				if f.start == g {
-					c.problem(BadEntry, Error, path, f.start, f.entryOff, "directory start cluster %d points to its containing directory's parent", f.start)
+					c.problem(BadEntry, Error, c.path(i), f.start, f.entryOff, "directory start cluster %d points to its containing directory's parent", f.start)
 					f.deleted = true
 					return
 				}
@@ -88,7 +87,7 @@ func (c *checker) checkFile(i int32) {
 		}
 	}
 	if f.start == 1 || f.start >= c.g.Clusters+2 {
-		c.problem(ClusterOutOfRange, Error, path, f.start, f.entryOff, "start cluster %d is out of range (2..%d)", f.start, c.g.Clusters+1)
+		c.problem(ClusterOutOfRange, Error, c.path(i), f.start, f.entryOff, "start cluster %d is out of range (2..%d)", f.start, c.g.Clusters+1)
 		f.start = 0
 	}
 	me := uint32(i) + 1
@@ -102,19 +101,19 @@ func (c *checker) checkFile(i int32) {
 			if v != 0 {
 				what = "bad"
 			}
-			c.problem(BrokenChain, Error, path, curr, f.entryOff, "contains a %s cluster (%d); the chain should end before it", what, curr)
+			c.problem(BrokenChain, Error, c.path(i), curr, f.entryOff, "contains a %s cluster (%d); the chain should end before it", what, curr)
 			c.cutAfter(i, prev)
 			break
 		}
 		if !f.isDir() && uint64(f.size) <= clusters*cs {
-			c.problem(ChainLength, Error, path, prev, f.entryOff, "file size is %d bytes, cluster chain length is > %d bytes", f.size, clusters*cs)
+			c.problem(ChainLength, Error, c.path(i), prev, f.entryOff, "file size is %d bytes, cluster chain length is > %d bytes", f.size, clusters*cs)
 			c.cutAfter(i, prev)
 			c.freeTail(curr)
 			break
 		}
 		if o := c.owner[curr]; o != 0 {
 			first := int32(o - 1)
-			c.problem(CrossLink, Error, path, curr, f.entryOff, "shares cluster %d with %s (the chain of this one is cut after %d bytes)", curr, c.path(first), clusters*cs)
+			c.problem(CrossLink, Error, c.path(i), curr, f.entryOff, "shares cluster %d with %s (the chain of this one is cut after %d bytes)", curr, c.path(first), clusters*cs)
 			c.cutAfter(i, prev)
 			break
 		}
@@ -123,7 +122,7 @@ func (c *checker) checkFile(i int32) {
 		prev = curr
 	}
 	if !f.isDir() && uint64(f.size) > clusters*cs {
-		c.problem(ChainLength, Error, path, prev, f.entryOff, "file size is %d bytes, cluster chain length is %d bytes", f.size, clusters*cs)
+		c.problem(ChainLength, Error, c.path(i), prev, f.entryOff, "file size is %d bytes, cluster chain length is %d bytes", f.size, clusters*cs)
 	}
 }
 

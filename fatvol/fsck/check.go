@@ -13,7 +13,7 @@ import (
 const (
 	maxProblems   = 10000   // problems listed; the rest are counted in Report.Omitted
 	maxDirEntries = 1 << 21 // entries read from one directory (64 MiB, 32 times FAT's 65536)
-	maxRecords    = 1 << 25 // entries kept in memory for the whole volume
+	maxRecords    = 1 << 23 // entries kept in memory for the whole volume (about 80 bytes each)
 	maxPathLen    = 4096    // bytes of a printed path
 )
 

@@ -102,7 +102,7 @@ func makeVol(t *testing.T, fatType string) *vol {
 	if fatType == "16" {
 		img = mkfsImage(t, 32<<20, "-F", "16", "-s", "4")
 	} else {
-		img = mkfsImage(t, 160<<20, "-F", "32", "-s", "1")
+		img = mkfsImage(t, 40<<20, "-F", "32", "-s", "1")
 	}
 	cs := 2048
 	if fatType == "32" {

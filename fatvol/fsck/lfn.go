@@ -115,20 +115,20 @@ func lfnChars(raw []byte) []uint16 {
 
 // lfnGet is called at a short entry: it returns the long name that belongs to it ("" if none)
 // and the offset of its first long-name entry.
-func (c *checker) lfnGet(name ondisk.ShortName, shortPath string, off int64) (string, int64) {
+func (c *checker) lfnGet(name ondisk.ShortName, dir int32, shortName string, off int64) (string, int64) {
 	s := &c.lfn
 	if s.slot == -1 {
 		return "", -1
 	}
 	if s.slot != 0 {
-		c.problem(LFNOrder, Warning, shortPath, 0, off, "unfinished long file name %q (its start may have been overwritten by %s)", s.partial(), displayShortName(name, 0))
+		c.problem(LFNOrder, Warning, c.childPath(dir, shortName), 0, off, "unfinished long file name %q (its start may have been overwritten by %s)", s.partial(), displayShortName(name, 0))
 		s.clear()
 		return "", -1
 	}
 	long := unitsToString(s.units)
 	if got := ondisk.LFNChecksum(name); got != s.checksum {
 		// fsck.fat -n keeps the long name and changes nothing (its default choice matches no action).
-		c.problem(LFNChecksum, Warning, shortPath, 0, s.offsets[0], "wrong checksum for long file name %q: entries carry %02x, short name %s sums to %02x", long, s.checksum, displayShortName(name, 0), got)
+		c.problem(LFNChecksum, Warning, c.childPath(dir, shortName), 0, s.offsets[0], "wrong checksum for long file name %q: entries carry %02x, short name %s sums to %02x", long, s.checksum, displayShortName(name, 0), got)
 	}
 	first := s.offsets[0]
 	s.clear()

@@ -189,7 +189,7 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 		size: e.Size, attr: e.Attr, ntCase: e.NTCase,
 	}
 	shortName := displayShortName(e.Name, e.NTCase)
-	long, _ := c.lfnGet(e.Name, c.childPath(d, shortName), off)
+	long, _ := c.lfnGet(e.Name, d, shortName, off)
 	rec.name, rec.hasLFN = shortName, long != ""
 	if long != "" {
 		rec.name = long
