@@ -119,7 +119,9 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 	delete(m.served, rec.Name)
 	m.mu.Unlock()
 	if old != nil {
-		old.stop()
+		if err := old.stop(); err != nil {
+			klog.ErrorS(err, "stopping the previous server of a volume staged again", "volume", rec.ID)
+		}
 	}
 	// Whatever is mounted here now is left over: a dead FUSE mount of an earlier run of the
 	// plugin, or of a mount that went away.
