@@ -18,6 +18,10 @@ import (
 // In sync mode a device flush separates 1-2 from 3-4, so that even a device that reorders writes
 // cannot persist an entry before the chain it points to.
 
+// DirtyBytes is the file data written but not yet written back (a batch being written counts no
+// more): what a pulled stick would lose now, and what unmount still has to write.
+func (v *Volume) DirtyBytes() int64 { return v.cache.dirtyBytes() }
+
 // writeback writes every dirty piece of data and metadata to the device, without a device flush.
 func (v *Volume) writeback() error {
 	if err := v.writebackData(); err != nil {

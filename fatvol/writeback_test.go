@@ -313,3 +313,27 @@ func TestPartialUnitWrites(t *testing.T) {
 		t.Fatalf("after reopen: err %v, equal %v", err, bytes.Equal(got, want))
 	}
 }
+
+// DirtyBytes reports what is written but not written back, and falls to zero with Sync.
+func TestDirtyBytes(t *testing.T) {
+	img := mkfsImage(t, "64M")
+	v, _ := openCounting(t, img, Options{})
+	defer v.Close()
+	f, err := v.Create("d.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(pattern(100_000, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if d := v.DirtyBytes(); d < 100_000 || d > 100_000+2*unitSize {
+		t.Errorf("DirtyBytes after writing 100,000 bytes = %d", d)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d := v.DirtyBytes(); d != 0 {
+		t.Errorf("DirtyBytes after Sync = %d", d)
+	}
+}
