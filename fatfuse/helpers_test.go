@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/fsck"
 )
 
 // needTools skips the test unless FUSE and the named programs are available.
@@ -103,6 +105,19 @@ func fsckClean(t *testing.T, img string) {
 	out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput()
 	if err != nil {
 		t.Errorf("fsck.fat -n %s: %v\n%s", img, err, out)
+	}
+	// The project's own checker is the second judge.
+	dev, err := blockdev.Open(img, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rep, err := fsck.Check(dev)
+	if err != nil {
+		t.Fatalf("fsck.Check %s: %v", img, err)
+	}
+	if !rep.Clean() {
+		t.Errorf("fsck.Check %s: %v", img, rep.Errors())
 	}
 }
 

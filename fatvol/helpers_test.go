@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/fsck"
 )
 
 // The tests judge the engine with the reference tools: images come from dosfstools' mkfs.fat,
@@ -112,6 +114,24 @@ func checkClean(t testing.TB, img string) {
 	}
 	if err != nil || len(complaints) > 0 {
 		t.Fatalf("fsck.fat -n %s: %v; it says:\n%s", img, err, out)
+	}
+	ourFsckClean(t, img)
+}
+
+// ourFsckClean is the second judge: the project's own checker must find nothing either.
+func ourFsckClean(t testing.TB, img string) {
+	t.Helper()
+	dev, err := blockdev.Open(img, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rep, err := fsck.Check(dev)
+	if err != nil {
+		t.Fatalf("fsck.Check %s: %v", img, err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("fsck.Check %s finds problems fsck.fat does not: %v", img, rep.Errors())
 	}
 }
 
