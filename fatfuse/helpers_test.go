@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol"
-	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/fatvol/fsck"
+	"github.com/csi-fat/csi-fat/internal/judge"
 )
 
 // needTools skips the test unless FUSE and the named programs are available.
@@ -102,22 +101,8 @@ func (m *mounted) path(name string) string { return filepath.Join(m.dir, name) }
 // fsckClean runs fsck.fat -n and fails the test unless it reports a clean volume.
 func fsckClean(t *testing.T, img string) {
 	t.Helper()
-	out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput()
-	if err != nil {
-		t.Errorf("fsck.fat -n %s: %v\n%s", img, err, out)
-	}
-	// The project's own checker is the second judge.
-	dev, err := blockdev.Open(img, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	rep, err := fsck.Check(dev)
-	if err != nil {
-		t.Fatalf("fsck.Check %s: %v", img, err)
-	}
-	if !rep.Clean() {
-		t.Errorf("fsck.Check %s: %v", img, rep.Errors())
+	if err := judge.Check(img); err != nil {
+		t.Error(err)
 	}
 }
 

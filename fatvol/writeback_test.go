@@ -6,12 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
+	"github.com/csi-fat/csi-fat/internal/judge"
 )
 
 // These tests check the write-back behaviours through the counting device: what reaches the
@@ -49,48 +49,13 @@ func openCounting(t *testing.T, img string, opts Options) (*Volume, *blockdev.Co
 	return v, c
 }
 
-// fsckFat runs fsck.fat -n and returns its complaints: the lines past the banner and summary.
-func fsckFat(t *testing.T, img string) []string {
+// judgeClean fails the test unless fsck.fat -n and the project's checker both find nothing but
+// the kinds ignored.
+func judgeClean(t *testing.T, img string, ignore ...fsck.Kind) {
 	t.Helper()
-	out, _ := exec.Command("fsck.fat", "-n", img).CombinedOutput()
-	var complaints []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if strings.HasPrefix(l, "fsck.fat ") || strings.HasPrefix(l, img+":") || l == "" {
-			continue
-		}
-		complaints = append(complaints, l)
+	if err := judge.Check(img, ignore...); err != nil {
+		t.Error(err)
 	}
-	// The project's own checker judges too (a volume still open has its dirty bit set, which
-	// the callers that expect it filter out of fsck.fat's words, and Dirty out of ours).
-	dev, err := blockdev.Open(img, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	rep, err := fsck.Check(dev)
-	if err != nil {
-		t.Fatalf("fsck.Check %s: %v", img, err)
-	}
-	for _, p := range rep.Errors() {
-		if p.Kind != fsck.Dirty {
-			complaints = append(complaints, "fsck.Check: "+p.String())
-		}
-	}
-	return complaints
-}
-
-// withoutDirtyBit drops fsck.fat's report of the dirty bit, which a volume still open has.
-func withoutDirtyBit(complaints []string) []string {
-	var out []string
-	for _, c := range complaints {
-		switch strings.TrimSpace(c) {
-		case "Dirty bit is set. Fs was not properly unmounted and some data may be corrupt.",
-			"Automatically removing dirty bit.", "Leaving filesystem unchanged.":
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
 }
 
 func pattern(n int, seed byte) []byte {
@@ -132,9 +97,7 @@ func TestWritebackCoalesces(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if p := fsckFat(t, img); len(p) > 0 {
-		t.Errorf("fsck.fat -n: %q", p)
-	}
+	judgeClean(t, img)
 }
 
 // Dirty data never grows past the bound: a writer past it writes back first.
@@ -165,9 +128,7 @@ func TestWritebackBound(t *testing.T) {
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if p := fsckFat(t, img); len(p) > 0 {
-		t.Errorf("fsck.fat -n: %q", p)
-	}
+	judgeClean(t, img)
 }
 
 // Data and metadata older than DirtyExpire are written back without anyone asking.
@@ -219,9 +180,7 @@ func TestFlushOnClose(t *testing.T) {
 		if err := v.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if p := fsckFat(t, img); len(p) > 0 {
-			t.Errorf("fsck.fat -n: %q", p)
-		}
+		judgeClean(t, img)
 	}
 }
 
@@ -249,9 +208,7 @@ func TestSyncModeDurable(t *testing.T) {
 		if out, err := exec.Command("cp", "--sparse=always", img, snapshot).CombinedOutput(); err != nil {
 			t.Fatalf("cp: %v: %s", err, out)
 		}
-		if p := withoutDirtyBit(fsckFat(t, snapshot)); len(p) > 0 {
-			t.Errorf("fsck.fat -n on a copy taken in sync mode: %q", p)
-		}
+		judgeClean(t, snapshot, fsck.Dirty)
 		ro, err := OpenImage(snapshot, Options{ReadOnly: true, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)

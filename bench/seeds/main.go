@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -22,9 +21,9 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+	"github.com/csi-fat/csi-fat/internal/judge"
 )
 
 const (
@@ -153,25 +152,11 @@ func open(path string, opts fatvol.Options, wrap func(blockdev.Device) blockdev.
 	return v, c, nil
 }
 
-// fsckClean runs fsck.fat -n and the project's own checker, fails unless both find nothing, then
-// removes the image.
+// fsckClean fails unless fsck.fat -n and the project's checker both find the image clean, then
+// removes it.
 func fsckClean(path string) error {
-	out, err := exec.Command("fsck.fat", "-n", path).CombinedOutput()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err != nil || len(lines) > 2 {
-		return fmt.Errorf("fsck.fat -n %s: %v\n%s", path, err, out)
-	}
-	dev, err := blockdev.Open(path, true)
-	if err != nil {
+	if err := judge.Check(path); err != nil {
 		return err
-	}
-	rep, err := fsck.Check(dev)
-	dev.Close()
-	if err != nil {
-		return err
-	}
-	if !rep.Clean() {
-		return fmt.Errorf("fsck.Check %s: %v", path, rep.Errors())
 	}
 	return os.Remove(path)
 }
