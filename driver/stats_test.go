@@ -231,5 +231,8 @@ func TestMetrics(t *testing.T) {
 	if v := metric("csi_fat_volume_device_flushes_total", `volume_id="`+id+`"`); v < 1 {
 		t.Errorf("device flushes = %v after fsync", v)
 	}
+	if v := metric("csi_fat_volume_dirty_bytes", `volume_id="`+id+`"`); v != 0 {
+		t.Errorf("dirty bytes = %v after fsync, want 0", v)
+	}
 	unpublishAndUnstage(t, td, id, dir)
 }

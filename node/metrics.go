@@ -4,10 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// dirtyReporter is what a volume offers when the engine reports its unwritten cache: the
-// metric appears once fatvol has it.
-type dirtyReporter interface{ DirtyBytes() int64 }
-
 var (
 	descRequests = prometheus.NewDesc("csi_fat_volume_device_requests_total",
 		"Requests that reached a staged volume's device, by operation (read, write); flushes are counted apart.",
@@ -75,8 +71,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes), it.id)
 		n, _ := it.sv.dev.ioErrors()
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(n), it.id)
-		if d, ok := any(it.sv.vol).(dirtyReporter); ok {
-			ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(d.DirtyBytes()), it.id)
-		}
+		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(it.sv.vol.DirtyBytes()), it.id)
 	}
 }
