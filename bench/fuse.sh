@@ -1,104 +1,358 @@
 #!/usr/bin/env bash
-# Benchmark of `csi-fat mount`: sequential write and read of one big file, and create, list,
-# stat, read and remove of many small files, through a real FUSE mount of a fresh image.
-# Cold reads come after a remount, so they reach the engine rather than the page cache.
+# Benchmark of `csi-fat mount` against the raw disk (the physical limit) and Debian's fusefat
+# (the peer FUSE FAT implementation), in one run, on the same disk, each contender on its own
+# fresh 2 GiB image file:
+#   seq write    1 GiB with dd (1 MiB blocks), then fsync
+#   seq read     the same 1 GiB, caches dropped and the volume remounted first
+#   random read  4 KiB reads at random offsets of that file (fio, one job, queue depth 1; caches
+#                dropped and remounted first)
+#   1 MiB files  1,000 files of 1 MiB, one write(2) each, then syncfs
+#   4 KiB files  10,000 files of 4 KiB in one directory, one write(2) each, then syncfs
+# raw is the image file itself with O_DIRECT: dd oflag=direct/iflag=direct for the sequential
+# rows, fio --direct=1 for random reads; for the two file rows it is the same payload bytes
+# written as one O_DIRECT stream of 1 MiB blocks. One request in flight at a time, so it is the
+# disk's limit for a single synchronous stream, not a hard ceiling: buffered writeback that keeps
+# several requests in flight can beat it. The mounts get no direct I/O: they go through the page
+# cache as applications do, and every write row of a mount ends with an fsync of the image file
+# too, because fusefat's fsync does not reach the disk.
+# After each mount contender: unmount, fsck.fat -n, and (csi-fat) a content check on a fresh mount.
 #
-# Usage: bench/fuse.sh            (from the repository root; needs root or fuse access,
-#                                  fusermount3, and mkfs.fat)
-# Knobs (environment): BIG_MB (default 512), FILES (default 5000), FILE_KB (default 4),
-#   IMAGE_MB (default: enough for both, at least 1024), FAT (mkfs.fat -F: 12|16|32, default 32),
-#   MOUNT_OPTS (passed as -o), WORKDIR (default: a new directory under ${TMPDIR:-/tmp}).
+# Usage (root, from anywhere): bench/fuse.sh        QUICK=1 bench/fuse.sh for a smoke run (< 2 min)
+# Knobs (environment):
+#   CONTENDERS   which to run, default "raw csi-fat fusefat"
+#   IMAGE_MB     image size (2048; QUICK 256)      SEQ_MB      sequential file size (1024; QUICK 64)
+#   BIG_FILES    count of 1 MiB files (1000; QUICK 50)
+#   SMALL_FILES  count of 4 KiB files (10000; QUICK 500)
+#   RAND_MB      bytes read at random (64; QUICK 8), RAND_SECONDS: also stop after that (20; QUICK 5)
+#   TIMEOUT      seconds per fusefat workload before "timeout" (180; QUICK 30)
+#   CSI_TIMEOUT  the same for csi-fat and raw (600)
+#   MOUNT_OPTS   csi-fat -o options; FUSEFAT_OPTS fusefat -o options (default rw+)
+#   VERIFY       contenders whose files are read back and compared after a remount ("csi-fat")
+#   WORKDIR      where the images live (default: new directory under ${TMPDIR:-/var/tmp}; it must
+#                be on a real disk, not tmpfs); KEEP=1 keeps it
 set -euo pipefail
 
-BIG_MB=${BIG_MB:-512}
-FILES=${FILES:-5000}
-FILE_KB=${FILE_KB:-4}
-FAT=${FAT:-32}
-IMAGE_MB=${IMAGE_MB:-$(( BIG_MB + FILES * (FILE_KB + 32) / 1024 + 256 ))}
-(( IMAGE_MB < 1024 )) && [[ $FAT == 32 ]] && IMAGE_MB=1024
+if [[ ${QUICK:-0} == 1 ]]; then
+	IMAGE_MB=${IMAGE_MB:-256} SEQ_MB=${SEQ_MB:-64} BIG_FILES=${BIG_FILES:-50}
+	SMALL_FILES=${SMALL_FILES:-500} RAND_MB=${RAND_MB:-8} RAND_SECONDS=${RAND_SECONDS:-5}
+	TIMEOUT=${TIMEOUT:-30}
+fi
+CONTENDERS=${CONTENDERS:-raw csi-fat fusefat}
+IMAGE_MB=${IMAGE_MB:-2048}
+SEQ_MB=${SEQ_MB:-1024}
+BIG_FILES=${BIG_FILES:-1000}
+SMALL_FILES=${SMALL_FILES:-10000}
+RAND_MB=${RAND_MB:-64}
+RAND_SECONDS=${RAND_SECONDS:-20}
+TIMEOUT=${TIMEOUT:-180}
+CSI_TIMEOUT=${CSI_TIMEOUT:-600}
 MOUNT_OPTS=${MOUNT_OPTS:-}
-WORKDIR=${WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/fatfuse-bench.XXXXXX")}
+FUSEFAT_OPTS=${FUSEFAT_OPTS:-rw+}
+VERIFY=${VERIFY:-csi-fat}
+KEEP=${KEEP:-0}
+BIG_KB=1024
+SMALL_KB=4
+
+die() { echo "fuse.sh: $*" >&2; exit 1; }
+[[ $EUID == 0 ]] || die "run as root (drop_caches, mounts, apt-get)"
+
+# Install what is missing: command -> Debian package.
+missing=()
+for pair in fio:fio fusefat:fusefat mkfs.fat:dosfstools fsck.fat:dosfstools fusermount3:fuse3 \
+	/usr/bin/time:time timeout:coreutils; do
+	command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+if ((${#missing[@]})); then
+	echo "installing: ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >/dev/null ||
+		{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}" >/dev/null; }
+fi
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bin=$WORKDIR/csi-fat
-img=$WORKDIR/vol.img
+WORKDIR=${WORKDIR:-$(mktemp -d "${TMPDIR:-/var/tmp}/fuse-bench.XXXXXX")}
 mnt=$WORKDIR/mnt
-log=$WORKDIR/mount.log
-pid=
+server_pid=
+fuse_conn=
 
+# abort_fuse ends a wedged FUSE connection so that nothing waits on it any more.
+abort_fuse() {
+	[[ -n $fuse_conn && -w /sys/fs/fuse/connections/$fuse_conn/abort ]] &&
+		echo 1 >"/sys/fs/fuse/connections/$fuse_conn/abort" 2>/dev/null || true
+}
 cleanup() {
-	if mountpoint -q "$mnt" 2>/dev/null; then fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" || true; fi
-	if [[ -n $pid ]]; then wait "$pid" 2>/dev/null || true; fi
+	if mountpoint -q "$mnt" 2>/dev/null; then
+		timeout 60 umount "$mnt" 2>/dev/null || { abort_fuse; umount -l "$mnt" 2>/dev/null || true; }
+	fi
+	if [[ -n $server_pid ]]; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	if [[ $KEEP != 1 ]]; then rm -rf "$WORKDIR"; else echo "kept $WORKDIR"; fi
 }
 trap cleanup EXIT
-
-now() { date +%s.%N; }
-# report NAME SECONDS [RATE]: RATE is a byte count, "files" (for $FILES files), or absent.
-report() {
-	case ${3:-} in
-	"") awk -v n="$1" -v s="$2" 'BEGIN { printf "%-28s %8.3f s\n", n, s }' ;;
-	files) awk -v n="$1" -v s="$2" -v c="$FILES" 'BEGIN { printf "%-28s %8.3f s %10.0f files/s\n", n, s, c / s }' ;;
-	*) awk -v n="$1" -v s="$2" -v b="$3" 'BEGIN { printf "%-28s %8.3f s %10.1f MiB/s\n", n, s, b / 1048576 / s }' ;;
-	esac
-}
-timed() { # timed NAME [RATE] -- COMMAND...
-	local name=$1 bytes=; shift
-	if [[ $1 != -- ]]; then bytes=$1; shift; fi
-	shift
-	local t0 t1
-	t0=$(now)
-	"$@"
-	t1=$(now)
-	report "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" $bytes
-}
-
-mount_fat() {
-	local opts=()
-	[[ -n $MOUNT_OPTS ]] && opts=(-o "$MOUNT_OPTS")
-	"$bin" mount "${opts[@]}" "$img" "$mnt" 2>>"$log" &
-	pid=$!
-	for _ in $(seq 200); do
-		mountpoint -q "$mnt" && return 0
-		kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
-		sleep 0.05
-	done
-	echo "mount did not come up" >&2
-	exit 1
-}
-unmount_fat() {
-	fusermount3 -u "$mnt"
-	wait "$pid"
-	pid=
-}
+trap 'exit 130' INT TERM
 
 mkdir -p "$mnt"
-(cd "$repo" && go build -o "$bin" ./cmd/csi-fat)
-rm -f "$img"
-mkfs.fat -F "$FAT" -C "$img" $(( IMAGE_MB * 1024 )) >/dev/null
-echo "image: $IMAGE_MB MiB FAT$FAT; big file $BIG_MB MiB; $FILES files of $FILE_KB KiB; options: ${MOUNT_OPTS:-none}"
+echo "building csi-fat and the helper"
+(cd "$repo" && go build -o "$WORKDIR/csi-fat" ./cmd/csi-fat && go build -o "$WORKDIR/fusecompare" ./bench/fusecompare)
+csifat=$WORKDIR/csi-fat
+helper=$WORKDIR/fusecompare
 
-mount_fat
-big=$(( BIG_MB * 1048576 ))
-timed "write big (dd 1M, fsync)" $big -- dd if=/dev/zero of="$mnt/big" bs=1M count="$BIG_MB" conv=fsync status=none
-timed "read big (cached)" $big -- dd if="$mnt/big" of=/dev/null bs=1M status=none
-mkdir "$mnt/small"
-create_small() {
-	# The shell's own printf and redirection: no process per file to drown the mount's cost.
-	local payload i
-	payload=$(head -c $(( FILE_KB * 1024 )) /dev/urandom | base64 -w0 | head -c $(( FILE_KB * 1024 )))
-	for (( i = 1; i <= FILES; i++ )); do printf '%s' "$payload" >"$mnt/small/file-$i.dat"; done
-	sync -f "$mnt/small"
+now() { date +%s.%N; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# Results: secs[ROW/CONTENDER] in seconds, iops[ROW/CONTENDER] for random reads, or
+# state[ROW/CONTENDER] = "timeout (>Ns)" / "failed" / "skipped: why"; partial[ROW/CONTENDER] is
+# the rate reached before a timeout, when the helper said how far it got.
+declare -A secs iops state partial
+rows=(seqwrite seqread randread files1m files4k)
+declare -A row_title=(
+	[seqwrite]="seq write ${SEQ_MB} MiB + fsync (MiB/s)"
+	[seqread]="seq read ${SEQ_MB} MiB, cold (MiB/s)"
+	[randread]="random 4 KiB reads, cold (IOPS)"
+	[files1m]="${BIG_FILES} files of 1 MiB + sync (files/s)"
+	[files4k]="${SMALL_FILES} files of 4 KiB + sync (files/s)"
+)
+notes=()
+
+limit_for() { [[ $1 == fusefat ]] && echo "$TIMEOUT" || echo "$CSI_TIMEOUT"; }
+
+# measure ROW CONTENDER COMMAND...: runs COMMAND under the contender's time limit and records
+# its wall time, or why there is none.
+measure() {
+	local row=$1 who=$2 limit t0 t1 rc=0
+	shift 2
+	limit=$(limit_for "$who")
+	echo "  $who: ${row_title[$row]}"
+	t0=$(now)
+	timeout -k 10 "$limit" "$@" 2>"$WORKDIR/err" || rc=$?
+	t1=$(now)
+	local stopped
+	stopped=$(sed -n 's/.*stopped after \([0-9]*\) of.*/\1/p' "$WORKDIR/err")
+	case $rc in
+	0) secs[$row/$who]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') ;;
+	124 | 137)
+		state[$row/$who]="timeout (>${limit}s)"
+		if [[ -n $stopped ]]; then
+			partial[$row/$who]=$(awk -v n="$stopped" -v s="$limit" 'BEGIN { printf "%.1f", n / s }')
+			state[$row/$who]="timeout: $stopped in ${limit}s"
+		fi
+		;;
+	*) state[$row/$who]="failed (exit $rc)"; cat "$WORKDIR/err" >&2 ;;
+	esac
+	return 0
 }
-timed "create small (sh, sync)" files -- create_small
-unmount_fat
+ok() { [[ -n ${secs[$1/$2]:-} || -n ${iops[$1/$2]:-} ]]; }
 
-mount_fat
-timed "read big (cold)" $big -- dd if="$mnt/big" of=/dev/null bs=1M status=none
-timed "list small (ls -f)" files -- sh -c "ls -f '$mnt/small' >/dev/null"
-timed "stat small (find -ls)" files -- sh -c "find '$mnt/small' -type f -ls >/dev/null"
-timed "read small (cat)" files -- sh -c "cat '$mnt'/small/* >/dev/null"
-timed "remove small (rm)" files -- rm -rf "$mnt/small"
-timed "remove big (rm)" -- rm -f "$mnt/big"
-timed "unmount (write back)" -- unmount_fat
-fsck.fat -n "$img" >/dev/null && echo "fsck.fat -n: clean"
-rm -rf "$WORKDIR"
+# random_read ROW CONTENDER FILE [fio options]: fio random 4 KiB reads of the first SEQ_MB of
+# FILE; the result is fio's IOPS.
+random_read() {
+	local row=$1 who=$2 file=$3 limit out rc=0
+	shift 3
+	limit=$(limit_for "$who")
+	echo "  $who: ${row_title[$row]}"
+	out=$(timeout -k 10 "$limit" fio --name=randread --filename="$file" --rw=randread --bs=4k \
+		--size="${SEQ_MB}M" --io_size="${RAND_MB}M" --runtime="$RAND_SECONDS" --ioengine=psync \
+		--randrepeat=1 --minimal "$@" 2>"$WORKDIR/fio.err") || rc=$?
+	case $rc in
+	# terse format: field 8 is read IOPS
+	0) iops[$row/$who]=$(awk -F';' '{ print $8 }' <<<"$out") ;;
+	124 | 137) state[$row/$who]="timeout (>${limit}s)" ;;
+	*) state[$row/$who]="failed (exit $rc)"; cat "$WORKDIR/fio.err" >&2 ;;
+	esac
+	return 0
+}
+
+new_image() { # new_image PATH: a fresh sparse file of IMAGE_MB formatted FAT32
+	rm -f "$1"
+	mkfs.fat -F 32 -C "$1" $((IMAGE_MB * 1024)) >/dev/null
+}
+
+run_raw() {
+	local img=$WORKDIR/raw.img
+	echo "raw: O_DIRECT on $img"
+	rm -f "$img"
+	truncate -s "${IMAGE_MB}M" "$img"
+	measure seqwrite raw dd if=/dev/zero of="$img" bs=1M count="$SEQ_MB" oflag=direct conv=fsync,notrunc status=none
+	drop_caches
+	measure seqread raw dd if="$img" of=/dev/null bs=1M count="$SEQ_MB" iflag=direct status=none
+	drop_caches
+	random_read randread raw "$img" --direct=1
+	# The file rows: the same payload, one sequential direct stream, into unwritten space as on
+	# a fresh volume.
+	local bytes
+	for row in files1m files4k; do
+		[[ $row == files1m ]] && bytes=$((BIG_FILES * BIG_KB * 1024)) || bytes=$((SMALL_FILES * SMALL_KB * 1024))
+		rm -f "$img"
+		truncate -s "${IMAGE_MB}M" "$img"
+		measure "$row" raw dd if=/dev/zero of="$img" bs=1M count="$bytes" iflag=count_bytes oflag=direct conv=fsync,notrunc status=none
+	done
+	rm -f "$img"
+}
+
+# mount_contender WHO IMAGE: starts the FUSE server under /usr/bin/time (for its peak RSS) and
+# waits for the mount.
+session=0
+mount_contender() {
+	local who=$1 img=$2 opts=()
+	session=$((session + 1))
+	local rssfile=$WORKDIR/rss.$who.$session
+	case $who in
+	csi-fat)
+		[[ -n $MOUNT_OPTS ]] && opts=(-o "$MOUNT_OPTS")
+		/usr/bin/time -f %M -o "$rssfile" "$csifat" mount "${opts[@]}" "$img" "$mnt" 2>>"$WORKDIR/$who.log" &
+		;;
+	fusefat)
+		# fusefat logs every cluster it touches: that goes nowhere, or the log would be
+		# gigabytes.
+		/usr/bin/time -f %M -o "$rssfile" fusefat -f -o "$FUSEFAT_OPTS" "$img" "$mnt" >/dev/null 2>&1 &
+		;;
+	esac
+	server_pid=$!
+	for _ in $(seq 400); do
+		if mountpoint -q "$mnt"; then
+			fuse_conn=$(mountpoint -d "$mnt" | cut -d: -f2)
+			return 0
+		fi
+		kill -0 "$server_pid" 2>/dev/null || { tail -5 "$WORKDIR/$who.log" >&2 2>/dev/null; die "$who did not mount"; }
+		sleep 0.05
+	done
+	die "$who: mount did not come up in 20 s"
+}
+
+unmount_contender() {
+	# A process killed by a timeout may hold the mount a moment longer ("target is busy").
+	local tries=0
+	until timeout 120 umount "$mnt" 2>/dev/null; do
+		tries=$((tries + 1))
+		((tries < 30)) || break
+		sleep 1
+	done
+	if ((tries == 30)); then
+		notes+=("$1: unmount hung; connection aborted")
+		abort_fuse
+		umount -l "$mnt" 2>/dev/null || true
+		kill "$server_pid" 2>/dev/null || true
+	fi
+	wait "$server_pid" || notes+=("$1: server exited with status $?")
+	server_pid= fuse_conn=
+}
+
+# peak_rss WHO: the largest maximum RSS over the contender's server processes, in MiB.
+peak_rss() {
+	cat "$WORKDIR"/rss."$1".* 2>/dev/null | awk '/^[0-9]+$/ { if ($1 > m) m = $1 } END { if (m) printf "%.1f", m / 1024 }'
+}
+
+run_mount() {
+	local who=$1 img=$WORKDIR/$1.img
+	echo "$who: fresh ${IMAGE_MB} MiB FAT32 image $img"
+	new_image "$img"
+
+	mount_contender "$who" "$img"
+	# fusefat's fsync never reaches the disk (it calls no fsync; see strace), so every write row
+	# of a mount ends with an fsync of the image file as well: durable is what is measured.
+	measure seqwrite "$who" bash -c 'dd if=/dev/zero of="$1" bs=1M count="$2" conv=fsync status=none && sync "$3"' \
+		_ "$mnt/big" "$SEQ_MB" "$img"
+	unmount_contender "$who"
+
+	local why="skipped: the write did not finish"
+	if ok seqwrite "$who"; then
+		drop_caches
+		mount_contender "$who" "$img"
+		measure seqread "$who" dd if="$mnt/big" of=/dev/null bs=1M status=none
+		unmount_contender "$who"
+		drop_caches
+		mount_contender "$who" "$img"
+		random_read randread "$who" "$mnt/big"
+		if [[ " $VERIFY " == *" $who "* ]]; then
+			timeout -k 10 "$(limit_for "$who")" cmp -n $((SEQ_MB * 1048576)) "$mnt/big" /dev/zero ||
+				notes+=("$who: the ${SEQ_MB} MiB file does not read back as written")
+		fi
+	else
+		state[seqread/$who]=$why state[randread/$who]=$why
+		mount_contender "$who" "$img"
+	fi
+	# Make room: 1 GiB + 1,000 MiB + the small files do not fit together in 2 GiB.
+	timeout -k 10 "$(limit_for "$who")" rm -f "$mnt/big" || notes+=("$who: rm of the big file failed or timed out")
+	measure files1m "$who" "$helper" write -fsync "$img" "$mnt/files1m" "$BIG_FILES" $((BIG_KB * 1024))
+	measure files4k "$who" "$helper" write -fsync "$img" "$mnt/files4k" "$SMALL_FILES" $((SMALL_KB * 1024))
+	unmount_contender "$who"
+
+	if [[ " $VERIFY " == *" $who "* ]]; then
+		drop_caches
+		mount_contender "$who" "$img"
+		for set in "files1m $BIG_FILES $BIG_KB" "files4k $SMALL_FILES $SMALL_KB"; do
+			read -r name count kb <<<"$set"
+			ok "$name" "$who" || continue
+			timeout -k 10 "$(limit_for "$who")" "$helper" verify "$mnt/$name" "$count" $((kb * 1024)) ||
+				notes+=("$who: $name did not read back as written after a remount")
+		done
+		unmount_contender "$who"
+	fi
+
+	if fsck.fat -n "$img" >"$WORKDIR/fsck.$who" 2>&1; then
+		notes+=("$who: fsck.fat -n clean ($(tail -1 "$WORKDIR/fsck.$who" | sed 's/^[^:]*: //'))")
+	else
+		notes+=("$who: fsck.fat -n FAILED: $(head -5 "$WORKDIR/fsck.$who" | tr '\n' ' ')")
+	fi
+	rm -f "$img"
+}
+
+# The machine may be shared: say how busy it was, since raw and the mounts run one after another.
+load() { echo "load $(cut -d' ' -f1-3 /proc/loadavg), io pressure $(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/io 2>/dev/null || echo ?)"; }
+load_before=$(load)
+started=$(now)
+for who in $CONTENDERS; do
+	case $who in
+	raw) run_raw ;;
+	csi-fat | fusefat) run_mount "$who" ;;
+	*) die "unknown contender $who (want raw, csi-fat, fusefat)" ;;
+	esac
+done
+
+# rate ROW WHO: the row's figure of merit, higher is better, or empty.
+rate() {
+	local row=$1 who=$2 s=${secs[$1/$2]:-}
+	case $row in
+	randread) echo "${iops[$row/$who]:-}" ;;
+	seqwrite | seqread) [[ -n $s ]] && awk -v s="$s" -v m="$SEQ_MB" 'BEGIN { printf "%.1f", m / s }' ;;
+	files1m) [[ -n $s ]] && awk -v s="$s" -v n="$BIG_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
+	files4k) [[ -n $s ]] && awk -v s="$s" -v n="$SMALL_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
+	esac
+}
+cell() { # cell ROW WHO: the rate, or why there is none
+	local r
+	r=$(rate "$1" "$2")
+	if [[ -n $r ]]; then echo "$r"
+	elif [[ " $CONTENDERS " != *" $2 "* ]]; then echo "-"
+	else echo "${state[$1/$2]:-?}"; fi
+}
+# ratio ROW A B: A's rate over B's; "~" when B timed out and only its rate so far is known.
+ratio() {
+	local a b approx=
+	a=$(rate "$1" "$2") b=$(rate "$1" "$3")
+	if [[ -z $b && -n ${partial[$1/$3]:-} ]]; then b=${partial[$1/$3]} approx="~"; fi
+	[[ -n $a && -n $b ]] && awk -v a="$a" -v b="$b" -v p="$approx" 'BEGIN { if (b > 0) printf "%s%.2f", p, a / b; else print "-" }' || echo "-"
+}
+
+echo
+disk=$(df --output=source "$WORKDIR" | tail -1)
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo));" \
+	"$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM; kernel $(uname -r)"
+echo "disk: $disk ($(findmnt -no FSTYPE -T "$WORKDIR")," \
+	"rotational=$(cat /sys/block/"$(basename "$disk")"/queue/rotational 2>/dev/null || echo ?)); image ${IMAGE_MB} MiB FAT32;" \
+	"csi-fat -o ${MOUNT_OPTS:-(none)}; fusefat -o $FUSEFAT_OPTS"
+echo "run took $(awk -v a="$started" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s; before: $load_before; after: $(load)"
+fmt='| %-40s | %10s | %10s | %22s | %11s | %15s |\n'
+printf "$fmt" workload raw csi-fat fusefat csi-fat/raw csi-fat/fusefat
+printf "$fmt" "$(printf -- '-%.0s' {1..40})" ---------- ---------- ---------------------- ----------- ---------------
+for row in "${rows[@]}"; do
+	printf "$fmt" "${row_title[$row]}" "$(cell "$row" raw)" "$(cell "$row" csi-fat)" "$(cell "$row" fusefat)" \
+		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
+done
+for who in csi-fat fusefat; do
+	rss=$(peak_rss "$who")
+	[[ -n $rss ]] && echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
+		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
+done
+for n in "${notes[@]}"; do echo "note: $n"; done
