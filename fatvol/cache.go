@@ -30,6 +30,7 @@ type pageCache struct {
 	inflight map[int64]*page // pages of the batch being written
 	dirty    int64           // dirty bytes in pages
 	free     [][]byte        // page buffers to reuse
+	maxFree  int             // how many: enough for the dirty bound and a batch in flight
 }
 
 // batch is a set of detached dirty pages, sorted by index.
@@ -45,9 +46,13 @@ type page struct {
 	dirty uint64
 }
 
-func newPageCache(dev blockdev.Device, pageSize int) *pageCache {
+// newPageCache makes a cache of pages of pageSize bytes for a dirty bound of bound bytes. Page
+// buffers are reused rather than left to the garbage collector, so a long copy does not grow the
+// heap past the bound and the batch in flight.
+func newPageCache(dev blockdev.Device, pageSize int, bound int64) *pageCache {
 	ps := int64(max(unitSize, min(pageSize, 64*unitSize)))
-	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{}}
+	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{},
+		maxFree: int(2 * bound / ps)}
 }
 
 func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
@@ -316,7 +321,7 @@ func (c *pageCache) release(idx int64, pg *page) {
 }
 
 func (c *pageCache) recycle(pg *page) {
-	if len(c.free) < 256 {
+	if len(c.free) < c.maxFree {
 		pg.dirty = 0
 		c.free = append(c.free, pg.data)
 	}

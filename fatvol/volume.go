@@ -189,7 +189,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
-	v.cache = newPageCache(dev, v.blockSize)
+	v.cache = newPageCache(dev, v.blockSize, v.opts.CacheBytes)
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
