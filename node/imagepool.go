@@ -106,13 +106,7 @@ func (p *imagePool) create(name string, size int64, params Params) error {
 	if err != nil {
 		return err
 	}
-	opts, err := params.mkfsOptions(dev.LogicalBlockSize())
-	if err == nil {
-		_, err = mkfs.Format(dev, opts)
-	}
-	if cerr := dev.Close(); err == nil {
-		err = cerr
-	}
+	err = formatAndClose(dev, params)
 	if err == nil {
 		err = os.Rename(tmp, p.path(name))
 	}

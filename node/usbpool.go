@@ -82,6 +82,11 @@ func formatDevice(path string, params Params) error {
 	if err != nil {
 		return err
 	}
+	return formatAndClose(dev, params)
+}
+
+// formatAndClose formats dev with the StorageClass parameters, then closes it.
+func formatAndClose(dev *blockdev.File, params Params) error {
 	opts, err := params.mkfsOptions(dev.LogicalBlockSize())
 	if err == nil {
 		_, err = mkfs.Format(dev, opts)
