@@ -1,14 +1,20 @@
 package driver
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
@@ -35,7 +41,31 @@ func sanityConfig(td *testDriver, params map[string]string) sanity.TestConfig {
 	cfg.TestVolumeSize = sanityVolumeSize
 	cfg.TestVolumeParameters = params
 	cfg.IDGen = &idGen{}
+	// csi-test v5.4's Connect waits for a change away from the state it reads after dialling; a
+	// connection that is already ready by then never changes, and Connect times out after a
+	// minute. A handshake that takes a moment keeps the connection from getting ready first.
+	slow := grpc.WithTransportCredentials(slowHandshake{insecure.NewCredentials()})
+	cfg.DialOptions = []grpc.DialOption{slow, grpc.WithAuthority("localhost")}
+	cfg.ControllerDialOptions = cfg.DialOptions
 	return cfg
+}
+
+// slowHandshake delays the client's handshake by half a second; see sanityConfig.
+type slowHandshake struct {
+	credentials.TransportCredentials
+}
+
+func (s slowHandshake) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	select {
+	case <-time.After(500 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	return s.TransportCredentials.ClientHandshake(ctx, authority, conn)
+}
+
+func (s slowHandshake) Clone() credentials.TransportCredentials {
+	return slowHandshake{s.TransportCredentials.Clone()}
 }
 
 // TestSanity runs csi-sanity against two real servers on unix sockets: one with the image
