@@ -259,19 +259,11 @@ func displayPart(p []byte, lower bool) string {
 	return string(out[:keep])
 }
 
-// MatchesName tells whether name, as a user typed it, names the short entry s: Linux compares
-// the typed name with the displayed short name the way it compares long names (fat_search_long),
-// so "longfi~1.txt" opens LONGFI~1.TXT.
-func (s ShortName) MatchesName(name string, ntCase byte, mode ShortNameMode) bool {
-	shown := s.DisplayName(ntCase, mode)
-	return shown != "" && FoldName(shown) == FoldName(name)
-}
-
 // ParseShortName turns a typed 8.3 name into the ShortName it stands for: trailing dots dropped,
 // a base of 1-8 and an optional extension of 1-3 characters of code page 437, ASCII letters
 // upper-cased, a first 0xE5 stored as 0x05; the result must be Valid. It reports false for
-// anything else. Non-ASCII letters are taken as typed; MatchesName is the exact Linux comparison
-// (it also honours the NT case bits of the entry).
+// anything else. Non-ASCII letters are taken as typed, so a lookup by short name matches Linux's
+// (which compares the displayed short name, NT case bits applied) for ASCII names.
 func ParseShortName(name string) (ShortName, bool) {
 	var sn ShortName
 	name = stripTrailingDots(name)

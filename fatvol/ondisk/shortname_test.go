@@ -272,23 +272,6 @@ func TestParseShortName(t *testing.T) {
 	}
 }
 
-func TestMatchesName(t *testing.T) {
-	s := sn("LONGFI~1TXT")
-	for _, typed := range []string{"longfi~1.txt", "LONGFI~1.TXT", "LongFi~1.Txt", "longfi~1.txt..."} {
-		if !s.MatchesName(typed, 0, ShortNameMixed) {
-			t.Errorf("%q does not match LONGFI~1.TXT", typed)
-		}
-	}
-	if s.MatchesName("longfi~1", 0, ShortNameMixed) {
-		t.Error("longfi~1 matches LONGFI~1.TXT")
-	}
-	// An NT-lower-case entry with a code page letter matches what Linux shows: "ü.txt".
-	u := sn("\x9a       TXT")
-	if !u.MatchesName("ü.txt", CaseLowerBase, ShortNameMixed) || u.MatchesName("ü.txt", 0, ShortNameMixed) {
-		t.Error("Ü.TXT with/without the lower-case bit: wrong match for ü.txt")
-	}
-}
-
 func TestValid(t *testing.T) {
 	valid := []ShortName{sn("README  TXT"), sn("\x05BC     TXT"), sn("MY FILE TXT"), sn("A_B~1   TXT"),
 		sn("GR\x9a\xe1E   TXT"), sn("lower   txt"), sn("A+B     TXT")}
