@@ -119,6 +119,20 @@ func fsckSummary(t testing.TB, img string) string {
 	return ""
 }
 
+// mcopyTree copies everything in the host directory src into the image's root with mcopy.
+func mcopyTree(t testing.TB, img, src string) {
+	t.Helper()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-s", "-n"}
+	for _, e := range entries {
+		args = append(args, filepath.Join(src, e.Name()))
+	}
+	mtools(t, img, "mcopy", append(args, "::/")...)
+}
+
 // mtools runs an mtools command on img with a UTF-8 locale (mtools converts long names to the
 // locale's charset) and returns its standard output.
 func mtools(t testing.TB, img string, tool string, args ...string) string {

@@ -2,7 +2,6 @@ package fatvol_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 	"testing/fstest"
 )
@@ -41,15 +40,7 @@ func TestIOFSMtoolsWritten(t *testing.T) {
 			tr, _ := richTree(t, 2048, 100<<10, false)
 			src := t.TempDir()
 			tr.writeToHost(t, src)
-			entries, err := os.ReadDir(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			args := []string{"-s", "-n"}
-			for _, e := range entries {
-				args = append(args, filepath.Join(src, e.Name()))
-			}
-			mtools(t, img, "mcopy", append(args, "::/")...)
+			mcopyTree(t, img, src)
 			checkClean(t, img)
 
 			v := openVolumeWith(t, img, readOnlyOptions)

@@ -248,15 +248,7 @@ func TestRoundTripMtoolsToEngine(t *testing.T) {
 			want, _ := richTree(t, cs, rt.large, false)
 			src := t.TempDir()
 			want.writeToHost(t, src)
-			entries, err := os.ReadDir(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			args := []string{"-s", "-n"}
-			for _, e := range entries {
-				args = append(args, filepath.Join(src, e.Name()))
-			}
-			mtools(t, img, "mcopy", append(args, "::/")...)
+			mcopyTree(t, img, src)
 			mtools(t, img, "mmd", "::/made by mmd", "::/made by mmd/Ünïcødé Ordner", "::/MMDUPPER")
 			want.addDir("made by mmd/Ünïcødé Ordner")
 			want.addDir("MMDUPPER")
