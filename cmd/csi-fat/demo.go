@@ -59,11 +59,8 @@ func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
 
 func runDemo(args []string) int {
 	fs, f := newDemoFlagSet(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, 2); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "csi-fat demo: unexpected argument %q\n", fs.Arg(0))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -143,11 +142,8 @@ func (f *driverFlags) config() driver.Config {
 
 func runDriver(args []string) int {
 	fs, f := newDriverFlagSet(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if ok, code := parseFlags(fs, args, 2); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "csi-fat driver: unexpected argument %q\n", fs.Arg(0))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,11 +43,8 @@ func runFsck(args []string) int { return fsckMain(args, os.Stdout, os.Stderr) }
 
 func fsckMain(args []string, stdout, stderr io.Writer) int {
 	fs, noChange, verbose := newFsckFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return fsckClean
-		}
-		return fsckFailed
+	if ok, code := parseFlags(fs, args, fsckFailed); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(stderr, "csi-fat fsck: want exactly one PATH after the options, got %d arguments %q\n", fs.NArg(), fs.Args())

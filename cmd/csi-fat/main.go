@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -49,4 +51,16 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(c.run(os.Args[2:]))
+}
+
+// parseFlags parses a subcommand's flags. ok is false when the command must stop there, with
+// code: 0 after --help, usageCode after a bad flag (the flag package has said why).
+func parseFlags(fs *flag.FlagSet, args []string, usageCode int) (ok bool, code int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return false, 0
+		}
+		return false, usageCode
+	}
+	return true, 0
 }

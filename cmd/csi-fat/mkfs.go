@@ -103,11 +103,8 @@ func parseSize(s string) (int64, error) {
 
 func runMkfs(args []string) int {
 	fs, f := newMkfsFlagSet(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 1
+	if ok, code := parseFlags(fs, args, 1); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(os.Stderr, "csi-fat mkfs: want exactly one PATH after the options, got %d arguments %q\n", fs.NArg(), fs.Args())
