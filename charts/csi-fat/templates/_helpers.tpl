@@ -34,7 +34,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The host directory holding the driver's CSI socket; the container sees it at /csi. */}}
 {{- define "csi-fat.pluginDir" -}}
-{{- printf "%s/plugins/%s" (trimSuffix "/" .Values.kubeletDir) .Values.driverName -}}
+{{- printf "%s/plugins/%s" .Values.kubeletDir .Values.driverName -}}
 {{- end -}}
 
 {{/* The CSI socket as the kubelet sees it. */}}
@@ -43,7 +43,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "csi-fat.registrationDir" -}}
-{{- printf "%s/plugins_registry" (trimSuffix "/" .Values.kubeletDir) -}}
+{{- printf "%s/plugins_registry" .Values.kubeletDir -}}
 {{- end -}}
 
 {{/* A pull policy: the container's own when set, else image.pullPolicy. Argument: (list $ own). */}}
@@ -54,7 +54,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* True ("true") when path (argument) is dir or lies under it; argument: (list path dir). */}}
 {{- define "csi-fat.under" -}}
-{{- $path := trimSuffix "/" (index . 0) -}}
+{{- $path := index . 0 -}}
 {{- $dir := index . 1 -}}
 {{- if or (eq $path $dir) (hasPrefix (printf "%s/" $dir) $path) -}}true{{- end -}}
 {{- end -}}
@@ -65,11 +65,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $paths := list -}}
 {{- if .Values.usb.enabled -}}
 {{- if not (include "csi-fat.under" (list .Values.usb.sysfsRoot "/sys")) -}}
-{{- $paths = append $paths (trimSuffix "/" .Values.usb.sysfsRoot) -}}
+{{- $paths = append $paths .Values.usb.sysfsRoot -}}
 {{- end -}}
 {{- range list .Values.usb.byIdDir .Values.usb.devDir -}}
 {{- if not (include "csi-fat.under" (list . "/dev")) -}}
-{{- $paths = append $paths (trimSuffix "/" .) -}}
+{{- $paths = append $paths . -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
