@@ -1,0 +1,127 @@
+package chart
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestUSBOff(t *testing.T) {
+	r := render(t)
+	pod := r.nodePlugin(t)
+	driver := pod.container(t, "csi-fat")
+	for _, a := range driver.Args {
+		if strings.HasPrefix(a, "--usb") {
+			t.Errorf("USB flag %s with usb.enabled false", a)
+		}
+	}
+	if r.named(t, "StorageClass", "csi-fat-usb", &storageClass{}) {
+		t.Error("USB StorageClass rendered with usb.enabled false")
+	}
+	if got := len(pod.Volumes); got != 7 {
+		t.Errorf("%d volumes, want the 7 of the default node plugin", got)
+	}
+}
+
+func TestUSBOnDefaultPaths(t *testing.T) {
+	r := render(t, "--set", "usb.enabled=true")
+	pod := r.nodePlugin(t)
+	driver := pod.container(t, "csi-fat")
+	if !driver.hasArg("--usb-pool") {
+		t.Errorf("no --usb-pool: %v", driver.Args)
+	}
+	for flag, want := range map[string]string{
+		"usb-sysfs-root":  "/sys",
+		"usb-by-id-dir":   "/dev/disk/by-id",
+		"usb-dev-dir":     "/dev",
+		"usb-device-glob": "sd*",
+	} {
+		if got := driver.flag(t, flag); got != want {
+			t.Errorf("--%s=%q, want %q", flag, got, want)
+		}
+	}
+	// /sys and /dev are mounted anyway: nothing more.
+	if got := len(pod.Volumes); got != 7 {
+		t.Errorf("%d volumes with USB on default paths, want 7", got)
+	}
+	var sc storageClass
+	if !r.named(t, "StorageClass", "csi-fat-usb", &sc) {
+		t.Fatal("no USB StorageClass with usb.enabled true")
+	}
+	if sc.Parameters["pool"] != "usb" {
+		t.Errorf("USB class parameters %v, want pool=usb", sc.Parameters)
+	}
+}
+
+// TestUSBFakeSysfs is the local cluster's setting: a fake sysfs tree and by-id directory outside
+// /sys and /dev, mounted from the host at the same paths.
+func TestUSBFakeSysfs(t *testing.T) {
+	const (
+		sysfs = "/var/lib/csi-fat-e2e/usb/sys"
+		byID  = "/var/lib/csi-fat-e2e/usb/by-id"
+	)
+	pod := render(t,
+		"--set", "usb.enabled=true",
+		"--set", "usb.sysfsRoot="+sysfs,
+		"--set", "usb.byIdDir="+byID,
+		"--set", "usb.deviceGlob=loop*",
+	).nodePlugin(t)
+	driver := pod.container(t, "csi-fat")
+	if got := driver.flag(t, "usb-sysfs-root"); got != sysfs {
+		t.Errorf("--usb-sysfs-root=%q", got)
+	}
+	if got := driver.flag(t, "usb-device-glob"); got != "loop*" {
+		t.Errorf("--usb-device-glob=%q", got)
+	}
+	for _, p := range []string{sysfs, byID} {
+		if hp, m := pod.hostPathOf(driver, p); hp != p || m.MountPropagation != "" {
+			t.Errorf("%s mounted from host %q (propagation %q), want the same path", p, hp, m.MountPropagation)
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil && (v.HostPath.Path == sysfs || v.HostPath.Path == byID) && v.HostPath.Type != "Directory" {
+			t.Errorf("host path %s of type %q, want Directory (it must exist)", v.HostPath.Path, v.HostPath.Type)
+		}
+	}
+	// /dev stays the device directory: no mount of its own.
+	if got := len(pod.Volumes); got != 9 {
+		t.Errorf("%d volumes, want 7 plus the sysfs tree and by-id directory", got)
+	}
+
+	// A device directory outside /dev is mounted too; the same path twice only once.
+	pod = render(t,
+		"--set", "usb.enabled=true",
+		"--set", "usb.byIdDir=/srv/usb",
+		"--set", "usb.devDir=/srv/usb",
+	).nodePlugin(t)
+	if hp, _ := pod.hostPathOf(pod.container(t, "csi-fat"), "/srv/usb"); hp != "/srv/usb" {
+		t.Errorf("/srv/usb mounted from %q", hp)
+	}
+	if got := len(pod.Volumes); got != 8 {
+		t.Errorf("%d volumes, want 7 plus /srv/usb once", got)
+	}
+}
+
+func TestUSBAllowDenyLists(t *testing.T) {
+	driver := render(t,
+		"--set", "usb.enabled=true",
+		"--set-json", `usb.allow.vendor=["SanDisk","Kingston*"]`,
+		"--set-json", `usb.allow.byId=["usb-SanDisk_*"]`,
+		"--set-json", `usb.deny.serial=["0000: bad #1"]`,
+		"--set-json", `usb.deny.model=["*Reader*"]`,
+	).nodePlugin(t).container(t, "csi-fat")
+	for flag, want := range map[string][]string{
+		"usb-allow-vendor": {"SanDisk", "Kingston*"},
+		"usb-allow-by-id":  {"usb-SanDisk_*"},
+		"usb-deny-serial":  {"0000: bad #1"}, // YAML-special characters reach the driver verbatim
+		"usb-deny-model":   {"*Reader*"},
+		"usb-allow-model":  nil,
+		"usb-deny-vendor":  nil,
+		"usb-allow-serial": nil,
+		"usb-deny-by-id":   nil,
+	} {
+		if got := driver.flagValues(flag); !slices.Equal(got, want) {
+			t.Errorf("--%s values %q, want %q", flag, got, want)
+		}
+	}
+}
