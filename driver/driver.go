@@ -46,6 +46,15 @@ type Config struct {
 	DriverName string
 	// MetricsAddress is where Prometheus metrics are served over HTTP (host:port); "" for none.
 	MetricsAddress string
+	// HealthAddress is where GET /healthz answers for a liveness probe (host:port); "" for
+	// none. It may equal MetricsAddress.
+	HealthAddress string
+	// KubeletRegistrationDir, when set, is the kubelet's plugins_registry directory: the driver
+	// registers itself there instead of relying on the node-driver-registrar sidecar.
+	KubeletRegistrationDir string
+	// KubeletRegistrationPath is the CSI socket's path as the kubelet sees it (in the host's
+	// mount namespace); the default is /var/lib/kubelet/plugins/<driver name>/csi.sock.
+	KubeletRegistrationPath string
 	// Node configures the node side; its TopologyKey is derived from DriverName.
 	Node node.Config
 }
@@ -58,8 +67,9 @@ type Driver struct {
 	listener net.Listener
 	socket   string
 	metrics  *metrics
-	http     *http.Server
-	httpAddr net.Addr
+	http     []*http.Server
+	addrs    map[string]net.Addr // listening HTTP address by configured address
+	reg      *registration
 
 	stopOnce sync.Once
 	served   chan error
@@ -123,21 +133,20 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socket, err)
 	}
-	if cfg.MetricsAddress != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsAddress)
-		if err != nil {
-			d.listener.Close()
-			return nil, fmt.Errorf("metrics address %s: %w", cfg.MetricsAddress, err)
+	if err := d.listenHTTP(); err != nil {
+		d.listener.Close()
+		return nil, err
+	}
+	if cfg.KubeletRegistrationDir != "" {
+		path := cfg.KubeletRegistrationPath
+		if path == "" {
+			path = filepath.Join("/var/lib/kubelet/plugins", cfg.DriverName, "csi.sock")
 		}
-		d.httpAddr = ln.Addr()
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", d.metrics.handler())
-		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.served <- fmt.Errorf("metrics server: %w", err)
-			}
-		}()
+		if d.reg, err = listenRegistration(cfg.KubeletRegistrationDir, cfg.DriverName, path); err != nil {
+			d.closeHTTP()
+			d.listener.Close()
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -167,6 +176,10 @@ func (d *Driver) Start() {
 			d.served <- fmt.Errorf("grpc server: %w", err)
 		}
 	}()
+	// Registration comes last: the kubelet calls the CSI endpoint as soon as it registers us.
+	if d.reg != nil {
+		d.reg.serve(d.served)
+	}
 }
 
 // Run serves until ctx is done or a server fails, then stops.
@@ -185,6 +198,9 @@ func (d *Driver) Run(ctx context.Context) error {
 // volume back. The FUSE mounts end with the process; a new one serves them again.
 func (d *Driver) Stop() {
 	d.stopOnce.Do(func() {
+		if d.reg != nil {
+			d.reg.stop()
+		}
 		done := make(chan struct{})
 		go func() { d.server.GracefulStop(); close(done) }()
 		select {
@@ -192,9 +208,7 @@ func (d *Driver) Stop() {
 		case <-time.After(30 * time.Second):
 			d.server.Stop()
 		}
-		if d.http != nil {
-			d.http.Close()
-		}
+		d.closeHTTP()
 		d.manager.Shutdown()
 		os.Remove(d.socket)
 	})
@@ -204,4 +218,7 @@ func (d *Driver) Stop() {
 func (d *Driver) Manager() *node.Manager { return d.manager }
 
 // MetricsAddr is the metrics server's address (with the port chosen, for ":0"), or nil.
-func (d *Driver) MetricsAddr() net.Addr { return d.httpAddr }
+func (d *Driver) MetricsAddr() net.Addr { return d.addrs[d.cfg.MetricsAddress] }
+
+// HealthAddr is the health server's address (with the port chosen, for ":0"), or nil.
+func (d *Driver) HealthAddr() net.Addr { return d.addrs[d.cfg.HealthAddress] }

@@ -61,6 +61,7 @@ func (s *sizeFlag) Set(v string) error {
 // driverFlags are the driver command's options.
 type driverFlags struct {
 	endpoint, nodeID, driverName, poolDir, stateDir, metricsAddress string
+	healthAddress, registrationDir, registrationPath                string
 	reserve                                                         sizeFlag
 	maxVolumes                                                      int
 	usb                                                             bool
@@ -89,6 +90,9 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.Var(&f.reserve, "reserve", "bytes of the image pool's file system never given to volumes (K, M, G, T suffixes)")
 	fs.IntVar(&f.maxVolumes, "max-volumes", 64, "most volumes on this node, reported to the scheduler (0: no limit)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", "", "host:port to serve Prometheus metrics on at /metrics (default: none)")
+	fs.StringVar(&f.healthAddress, "health-address", "", "host:port to answer a liveness probe on at /healthz: 200 when the driver is ready, 503 and the reason when not (default: none; may equal --metrics-address)")
+	fs.StringVar(&f.registrationDir, "kubelet-registration-dir", "", "register with the kubelet through its plugin watcher in this directory, e.g. /var/lib/kubelet/plugins_registry, instead of the node-driver-registrar sidecar (default: off)")
+	fs.StringVar(&f.registrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it (default: /var/lib/kubelet/plugins/<driver-name>/csi.sock)")
 	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
 	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
 	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates")
@@ -121,6 +125,10 @@ func (f *driverFlags) config() driver.Config {
 		Endpoint:       f.endpoint,
 		DriverName:     f.driverName,
 		MetricsAddress: f.metricsAddress,
+		HealthAddress:  f.healthAddress,
+
+		KubeletRegistrationDir:  f.registrationDir,
+		KubeletRegistrationPath: f.registrationPath,
 		Node: node.Config{
 			NodeID:     f.nodeID,
 			StateDir:   f.stateDir,
