@@ -104,3 +104,34 @@ func TestKubeletDirUsedEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalClusterValues renders the values the local test cluster installs with: its own driver
+// image, nothing pulled, built-in registration, USB on a fake sysfs tree.
+func TestLocalClusterValues(t *testing.T) {
+	r := render(t,
+		"--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
+		"--set", "registration.mode=builtin",
+		"--set", "usb.enabled=true",
+		"--set", "usb.sysfsRoot=/var/lib/csi-fat-e2e/usb/sys",
+		"--set", "usb.byIdDir=/var/lib/csi-fat-e2e/usb/by-id",
+		"--set", "usb.deviceGlob=loop*",
+	)
+	pod := r.nodePlugin(t)
+	if got := pod.containerNames(); len(got) != 2 {
+		t.Errorf("containers %v, want the driver and the provisioner only", got)
+	}
+	for _, c := range pod.Containers {
+		if c.ImagePullPolicy != "Never" {
+			t.Errorf("%s imagePullPolicy %q, want Never", c.Name, c.ImagePullPolicy)
+		}
+	}
+	if img := pod.container(t, "csi-fat").Image; img != "ghcr.io/csi-fat/csi-fat:e2e" {
+		t.Errorf("driver image %q", img)
+	}
+	if img := pod.container(t, "csi-provisioner").Image; img != "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0" {
+		t.Errorf("provisioner image %q: image.tag must not reach the sidecars", img)
+	}
+	if !r.named(t, "StorageClass", "csi-fat-usb", &storageClass{}) || !r.named(t, "StorageClass", "csi-fat", &storageClass{}) {
+		t.Error("want both StorageClasses")
+	}
+}
