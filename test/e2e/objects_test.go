@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The parts of Kubernetes objects the tests read from kubectl's JSON output.
+
+type objectMeta struct {
+	Name              string            `json:"name"`
+	Namespace         string            `json:"namespace"`
+	UID               string            `json:"uid"`
+	Labels            map[string]string `json:"labels"`
+	Annotations       map[string]string `json:"annotations"`
+	DeletionTimestamp *string           `json:"deletionTimestamp"`
+}
+
+type condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+type containerStatus struct {
+	Name         string `json:"name"`
+	Ready        bool   `json:"ready"`
+	RestartCount int    `json:"restartCount"`
+	State        struct {
+		Waiting *struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"waiting"`
+		Terminated *struct {
+			Reason   string `json:"reason"`
+			ExitCode int    `json:"exitCode"`
+		} `json:"terminated"`
+	} `json:"state"`
+}
+
+type pod struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Phase             string            `json:"phase"`
+		Conditions        []condition       `json:"conditions"`
+		ContainerStatuses []containerStatus `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// ready tells whether the pod's Ready condition is true.
+func (p *pod) ready() bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+type pvc struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		VolumeName       string `json:"volumeName"`
+		StorageClassName string `json:"storageClassName"`
+	} `json:"spec"`
+	Status struct {
+		Phase    string            `json:"phase"`
+		Capacity map[string]string `json:"capacity"`
+	} `json:"status"`
+}
+
+type pv struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		CSI *struct {
+			Driver           string            `json:"driver"`
+			VolumeHandle     string            `json:"volumeHandle"`
+			VolumeAttributes map[string]string `json:"volumeAttributes"`
+		} `json:"csi"`
+		ClaimRef *struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"claimRef"`
+		NodeAffinity *struct {
+			Required struct {
+				NodeSelectorTerms []struct {
+					MatchExpressions []struct {
+						Key    string   `json:"key"`
+						Values []string `json:"values"`
+					} `json:"matchExpressions"`
+				} `json:"nodeSelectorTerms"`
+			} `json:"required"`
+		} `json:"nodeAffinity"`
+	} `json:"spec"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
+}
+
+// nodeAffinity renders a volume's required node affinity as "key in [values]" terms.
+func (v *pv) nodeAffinity() string {
+	if v.Spec.NodeAffinity == nil {
+		return ""
+	}
+	var terms []string
+	for _, term := range v.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, m := range term.MatchExpressions {
+			terms = append(terms, fmt.Sprintf("%s in [%s]", m.Key, strings.Join(m.Values, " ")))
+		}
+	}
+	return strings.Join(terms, ", ")
+}
+
+type node struct {
+	Metadata objectMeta `json:"metadata"`
+	Status   struct {
+		Conditions   []condition `json:"conditions"`
+		VolumesInUse []string    `json:"volumesInUse"`
+	} `json:"status"`
+}
+
+type csiDriver struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		AttachRequired       *bool    `json:"attachRequired"`
+		PodInfoOnMount       *bool    `json:"podInfoOnMount"`
+		StorageCapacity      *bool    `json:"storageCapacity"`
+		FSGroupPolicy        string   `json:"fsGroupPolicy"`
+		VolumeLifecycleModes []string `json:"volumeLifecycleModes"`
+	} `json:"spec"`
+}
+
+type csiNodeEntry struct {
+	Name         string   `json:"name"`
+	NodeID       string   `json:"nodeID"`
+	TopologyKeys []string `json:"topologyKeys"`
+	Allocatable  *struct {
+		Count *int `json:"count"`
+	} `json:"allocatable"`
+}
+
+type csiNode struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		Drivers []csiNodeEntry `json:"drivers"`
+	} `json:"spec"`
+}
+
+type csiStorageCapacity struct {
+	Metadata          objectMeta `json:"metadata"`
+	StorageClassName  string     `json:"storageClassName"`
+	Capacity          string     `json:"capacity"`
+	MaximumVolumeSize string     `json:"maximumVolumeSize"`
+	NodeTopology      *struct {
+		MatchLabels map[string]string `json:"matchLabels"`
+	} `json:"nodeTopology"`
+}
+
+type daemonSet struct {
+	Metadata objectMeta `json:"metadata"`
+	Status   struct {
+		DesiredNumberScheduled int `json:"desiredNumberScheduled"`
+		NumberReady            int `json:"numberReady"`
+		UpdatedNumberScheduled int `json:"updatedNumberScheduled"`
+	} `json:"status"`
+}
+
+type list[T any] struct {
+	Items []T `json:"items"`
+}
+
+// parseQuantity reads a Kubernetes quantity of bytes ("960Mi", "67108864", "1G").
+func parseQuantity(q string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+	num, mult := q, int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			num, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("quantity %q: %w", q, err)
+	}
+	return n * mult, nil
+}

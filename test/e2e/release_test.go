@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// capacityPollInterval is how often the provisioner asks GetCapacity again; short, so the
+// CSIStorageCapacity objects follow the tests' volumes quickly.
+const capacityPollInterval = 5 * time.Second
+
+// installChart installs the chart from the repository as a local cluster without a registry
+// needs it, with the tests' pool and fake USB sticks, and waits for it and for the kubelet's
+// registration of the driver.
+func (e *environment) installChart() error {
+	sets := []string{
+		"image.tag=e2e",
+		"image.pullPolicy=Never",
+		"registration.mode=builtin",
+		"logLevel=4",
+		"driver.poolDir=" + e.poolDir,
+		"driver.stateDir=" + e.stateDir,
+		fmt.Sprintf("driver.reserve=%dM", reserveBytes>>20),
+		"provisioner.capacityPollInterval=" + capacityPollInterval.String(),
+		"usb.enabled=true",
+		"usb.sysfsRoot=" + e.usb.SysfsRoot,
+		"usb.byIdDir=" + e.usb.ByIDDir,
+		"usb.devDir=" + e.usb.DevDir,
+		"usb.deviceGlob=" + e.usb.Glob,
+	}
+	args := []string{"install", releaseName, filepath.Join(e.repo, "charts", "csi-fat"),
+		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "5m"}
+	for _, s := range sets {
+		args = append(args, "--set-string", s)
+	}
+	if _, err := e.helmErr(args...); err != nil {
+		return fmt.Errorf("%w\n%s", err, e.driverState())
+	}
+	// The DaemonSet is ready when the driver answers its health check, which includes the
+	// registration; the kubelet's CSINode entry is what pods need, so wait for that too.
+	err := poll(2*time.Minute, func() (bool, error) {
+		_, ok, err := e.csiNodeDriver()
+		return ok, err
+	})
+	if err != nil {
+		return fmt.Errorf("kubelet registration of %s: %w\n%s", driverName, err, e.driverState())
+	}
+	return nil
+}
+
+// waitVolumesGone waits until no PersistentVolume matching match is left.
+func (e *environment) waitVolumesGone(match func(*pv) bool) error {
+	return poll(3*time.Minute, func() (bool, error) {
+		var pvs list[pv]
+		if err := e.getJSON(&pvs, "pv"); err != nil {
+			return false, err
+		}
+		var left []string
+		for i := range pvs.Items {
+			if match(&pvs.Items[i]) {
+				left = append(left, pvs.Items[i].Metadata.Name+" ("+pvs.Items[i].Status.Phase+")")
+			}
+		}
+		if len(left) > 0 {
+			return false, fmt.Errorf("volumes left: %v", left)
+		}
+		return true, nil
+	})
+}
+
+// csiNodeDriver returns this node's CSINode entry of the driver, if the kubelet has one.
+func (e *environment) csiNodeDriver() (entry csiNodeEntry, ok bool, err error) {
+	var cn csiNode
+	if err := e.getJSON(&cn, "csinode", e.node); err != nil {
+		return entry, false, err
+	}
+	i := slices.IndexFunc(cn.Spec.Drivers, func(d csiNodeEntry) bool { return d.Name == driverName })
+	if i < 0 {
+		return entry, false, fmt.Errorf("CSINode %s lists no %s", e.node, driverName)
+	}
+	return cn.Spec.Drivers[i], true, nil
+}
