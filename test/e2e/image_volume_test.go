@@ -94,4 +94,3 @@ func TestImageVolume(t *testing.T) {
 		}
 	}
 }
-
