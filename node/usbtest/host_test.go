@@ -1,0 +1,49 @@
+package usbtest
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestNewHost builds a tree at a given directory, attaches a stick, and checks that Close
+// detaches it and removes the directory.
+func TestNewHost(t *testing.T) {
+	if why := Available(); why != "" {
+		t.Skip(why)
+	}
+	dir := filepath.Join(t.TempDir(), "tree")
+	f, err := NewHost(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewHost(dir); err == nil {
+		t.Error("NewHost over an existing directory succeeded")
+	}
+	s, err := f.Attach(1<<20, "Vendor", "Model", "SER1")
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	back, err := BackingFile(s)
+	if err != nil || filepath.Dir(filepath.Dir(back)) != dir {
+		t.Errorf("backing file %q (%v), want one under %s", back, err, dir)
+	}
+	if target, err := os.Readlink(filepath.Join(f.ByIDDir, "usb-Vendor_Model_SER1-0:0")); err != nil || target != s.Loop {
+		t.Errorf("by-id link to %q (%v), want %s", target, err, s.Loop)
+	}
+	if got, err := os.ReadFile(filepath.Join(f.SysfsRoot, "block", s.Kernel, "size")); err != nil || string(got) != "2048\n" {
+		t.Errorf("sysfs size %q (%v), want 2048 sectors", got, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after Close: %v", dir, err)
+	}
+	if _, err := BackingFile(s); err == nil {
+		t.Errorf("%s still attached after Close", s.Loop)
+	}
+}
