@@ -15,16 +15,15 @@ const capacityPollInterval = 5 * time.Second
 // needs it, with the tests' pool and fake USB sticks, and waits for it and for the kubelet's
 // registration of the driver.
 func (e *environment) installChart() error {
-	sets := []string{
+	typed := []string{"logLevel=4", "usb.enabled=true"}
+	strs := []string{
 		"image.tag=e2e",
 		"image.pullPolicy=Never",
 		"registration.mode=builtin",
-		"logLevel=4",
 		"driver.poolDir=" + e.poolDir,
 		"driver.stateDir=" + e.stateDir,
 		fmt.Sprintf("driver.reserve=%dM", reserveBytes>>20),
 		"provisioner.capacityPollInterval=" + capacityPollInterval.String(),
-		"usb.enabled=true",
 		"usb.sysfsRoot=" + e.usb.SysfsRoot,
 		"usb.byIdDir=" + e.usb.ByIDDir,
 		"usb.devDir=" + e.usb.DevDir,
@@ -32,7 +31,10 @@ func (e *environment) installChart() error {
 	}
 	args := []string{"install", releaseName, filepath.Join(e.repo, "charts", "csi-fat"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "5m"}
-	for _, s := range sets {
+	for _, s := range typed {
+		args = append(args, "--set", s)
+	}
+	for _, s := range strs {
 		args = append(args, "--set-string", s)
 	}
 	if _, err := e.helmErr(args...); err != nil {
