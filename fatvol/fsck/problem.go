@@ -1,7 +1,8 @@
-// Package fsck is a read-only FAT12/16/32 checker. It reads the raw on-disk structures itself
-// (through fatvol/ondisk and fatvol/blockdev only, never the engine) so that it can judge the
-// engine's output independently, and it follows the rules of dosfstools' fsck.fat 4.2: what
-// fsck.fat -n would repair is an error, what it only mentions is a warning.
+// Package fsck is a FAT12/16/32 checker (Check, read-only) with a repair of the safe cases
+// (Repair). It reads the raw on-disk structures itself (through fatvol/ondisk and
+// fatvol/blockdev only, never the engine) so that it can judge the engine's output
+// independently, and it follows the rules of dosfstools' fsck.fat 4.2: what fsck.fat -n would
+// repair is an error, what it only mentions is a warning.
 package fsck
 
 import (
