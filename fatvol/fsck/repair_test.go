@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io/fs"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -393,5 +394,170 @@ func firstFileDiff(t *testing.T, a, b string) int64 {
 		if na == 0 {
 			return -1
 		}
+	}
+}
+
+// memRW is an in-memory device that also takes writes, keeping what they overwrote so that an
+// iteration can be undone.
+type memRW struct {
+	*memDev
+	undo []undoRec
+}
+
+type undoRec struct {
+	off int64
+	old []byte
+}
+
+func (m *memRW) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > int64(len(m.b)) {
+		return 0, blockdev.ErrOutOfRange
+	}
+	m.undo = append(m.undo, undoRec{off, bytes.Clone(m.b[off : off+int64(len(p))])})
+	return copy(m.b[off:], p), nil
+}
+
+func (m *memRW) Flush() error { return nil }
+
+// set changes bytes as the damage does, undoably.
+func (m *memRW) set(off int64, p []byte) { m.WriteAt(p, off) }
+
+// rollback undoes every write, the last first.
+func (m *memRW) rollback() {
+	for i := len(m.undo) - 1; i >= 0; i-- {
+		copy(m.b[m.undo[i].off:], m.undo[i].old)
+	}
+	m.undo = m.undo[:0]
+}
+
+// TestRepairRandomDamage damages a populated image at random where crashes and faulty writers
+// do (FAT entries in one copy or all, file sizes, the dirty bit, FSINFO, now and then any
+// metadata byte) and repairs it: Repair must never fail on a readable image, must write nothing
+// when it names an unrepairable error, and whatever it repairs must check clean afterwards, to
+// us and, on a sample, to fsck.fat -n.
+func TestRepairRandomDamage(t *testing.T) {
+	needTools(t, "mkfs.fat", "fsck.fat", "mcopy", "mshowfat")
+	for _, fatType := range []string{"12", "16", "32"} {
+		t.Run("FAT"+fatType, func(t *testing.T) {
+			v := makeVol(t, fatType)
+			orig := mustRead(t, v.img)
+			entries := []int64{}
+			for _, name := range []string{"A       TXT", "B       TXT", "C       TXT", "ALONGF~1TXT"} {
+				entries = append(entries, entryOffset(t, orig, name))
+			}
+			metaEnd := v.g.FirstDataSector*int64(v.g.SectorSize) + 64*int64(v.g.ClusterSize)
+			rng := rand.New(rand.NewSource(int64(len(fatType)) * 11))
+			dev := &memRW{memDev: &memDev{b: bytes.Clone(orig)}}
+			w := &vol{img: v.img, bs: v.bs, g: v.g}
+			iterations := 200
+			if testing.Short() {
+				iterations = 40
+			}
+			repaired, refused, sampled := 0, 0, 0
+			for i := 0; i < iterations; i++ {
+				for n := 1 + rng.Intn(3); n > 0; n-- {
+					damageAtRandom(rng, dev, w, entries, metaEnd)
+				}
+				damage := len(dev.undo) // writes beyond these are Repair's
+				res, err := Repair(dev)
+				switch {
+				case err != nil:
+					if len(dev.undo) > damage {
+						t.Fatalf("iteration %d: Repair failed (%v) after writing", i, err)
+					}
+				case len(res.Unrepairable) > 0:
+					refused++
+					if len(dev.undo) > damage {
+						t.Fatalf("iteration %d: Repair refused (%v) but wrote", i, res.Unrepairable)
+					}
+				case res.Changed():
+					repaired++
+					if !res.After.Clean() {
+						t.Fatalf("iteration %d: not clean after repair:\nbefore:\n%safter:\n%s", i, listProblems(res.Before), listProblems(res.After))
+					}
+					if repaired%10 == 1 {
+						sampled++
+						path := filepath.Join(t.TempDir(), "r.img")
+						if err := os.WriteFile(path, dev.b, 0o644); err != nil {
+							t.Fatal(err)
+						}
+						if ref := runFsckFat(t, path); !ref.clean() {
+							t.Fatalf("iteration %d: fsck.fat -n after our repair:\n%s\nwe repaired:\n%s", i, ref.out, listProblems(res.Before))
+						}
+					}
+				}
+				dev.rollback() // the repair's writes and the damage
+			}
+			t.Logf("%d iterations: %d repaired (%d judged by fsck.fat), %d refused", iterations, repaired, sampled, refused)
+			if repaired < iterations/5 || refused == 0 {
+				t.Fatalf("too few cases of each kind: %d repaired, %d refused of %d", repaired, refused, iterations)
+			}
+		})
+	}
+}
+
+// damageAtRandom makes one random change of the kinds crashes and faulty writers make.
+func damageAtRandom(rng *rand.Rand, dev *memRW, v *vol, entries []int64, metaEnd int64) {
+	le := binary.LittleEndian
+	switch k := rng.Intn(10); {
+	case k < 4: // a FAT entry, in one copy or in all
+		cl := uint32(2 + rng.Intn(120))
+		if rng.Intn(3) == 0 {
+			cl = v.g.Clusters + 1 - uint32(rng.Intn(20))
+		}
+		var val uint32
+		switch rng.Intn(4) {
+		case 0:
+			val = 0
+		case 1:
+			val = fatEOC
+		case 2:
+			val = cl + 1
+		default:
+			val = 2 + uint32(rng.Intn(int(v.g.Clusters)))
+		}
+		copies := []int{rng.Intn(v.g.NumFATs)}
+		if rng.Intn(2) == 0 {
+			copies = []int{0, 1}
+		}
+		for _, c := range copies {
+			setFATEntry(dev, v, c, cl, val)
+		}
+	case k < 6: // a file's size
+		var b [4]byte
+		le.PutUint32(b[:], uint32(rng.Intn(5*v.g.ClusterSize)))
+		dev.set(entries[rng.Intn(len(entries))]+28, b[:])
+	case k < 8: // the dirty bit
+		dev.set(int64(v.bs.StateOffset()), []byte{v.bs.State | ondisk.StateDirty})
+	case k < 9 && v.g.Type == ondisk.FAT32: // FSINFO's free count
+		var b [4]byte
+		le.PutUint32(b[:], rng.Uint32())
+		dev.set(int64(v.bs.FSInfoSector)*int64(v.g.SectorSize)+488, b[:])
+	default: // any metadata byte
+		dev.set(rng.Int63n(metaEnd), []byte{byte(rng.Intn(256))})
+	}
+}
+
+// setFATEntry sets entry cl of FAT copy i in memory, for any FAT width.
+func setFATEntry(dev *memRW, v *vol, i int, cl, val uint32) {
+	base := v.g.FATOffset(i)
+	switch v.g.Type {
+	case ondisk.FAT12:
+		at := base + int64(cl)*3/2
+		b := bytes.Clone(dev.b[at : at+2])
+		if cl&1 == 0 {
+			b[0], b[1] = byte(val), b[1]&0xF0|byte(val>>8)&0x0F
+		} else {
+			b[0], b[1] = b[0]&0x0F|byte(val<<4), byte(val>>4)
+		}
+		dev.set(at, b)
+	case ondisk.FAT16:
+		var b [2]byte
+		binary.LittleEndian.PutUint16(b[:], uint16(val))
+		dev.set(base+int64(cl)*2, b[:])
+	default:
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], val&0x0FFFFFFF)
+		dev.set(base+int64(cl)*4, b[:])
 	}
 }
