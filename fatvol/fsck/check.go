@@ -36,6 +36,7 @@ type checker struct {
 	// fsinfo is the FSINFO sector as read (nil when there is none to repair) and its offset.
 	fsinfo    []byte
 	fsinfoOff int64
+	unflushed bool // Repair has written since its last flush
 
 	// Root directory volume label, found while scanning the root (fsck.fat's find_volume_de).
 	label       ondisk.ShortName

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand"
 	"os"
@@ -559,5 +560,109 @@ func setFATEntry(dev *memRW, v *vol, i int, cl, val uint32) {
 		var b [4]byte
 		binary.LittleEndian.PutUint32(b[:], val&0x0FFFFFFF)
 		dev.set(base+int64(cl)*4, b[:])
+	}
+}
+
+// recordingDev is an in-memory device that logs every write and flush in order.
+type recordingDev struct {
+	*memDev
+	ops []devOp
+}
+
+type devOp struct {
+	flush bool
+	off   int64
+	data  []byte
+}
+
+func (r *recordingDev) WriteAt(p []byte, off int64) (int, error) {
+	r.ops = append(r.ops, devOp{off: off, data: bytes.Clone(p)})
+	return copy(r.b[off:], p), nil
+}
+
+func (o devOp) String() string {
+	if o.flush {
+		return "flush"
+	}
+	return fmt.Sprintf("write %d bytes at %d", len(o.data), o.off)
+}
+
+func (r *recordingDev) Flush() error {
+	r.ops = append(r.ops, devOp{flush: true})
+	return nil
+}
+
+// TestRepairCrashPoints records Repair's writes on a volume with crash leftovers, a size beyond
+// its chain and FAT copies that differ, then replays every prefix of them onto the damaged
+// image, as a crash at that point would leave it: until the last write the volume must still
+// read as dirty, and a second Repair must take it from there to clean. The dirty bit is
+// cleared only after a flush that follows every other write.
+func TestRepairCrashPoints(t *testing.T) {
+	needTools(t, "mkfs.fat", "mcopy", "mshowfat")
+	for _, fatType := range []string{"16", "32"} {
+		t.Run("FAT"+fatType, func(t *testing.T) {
+			v := makeVol(t, fatType)
+			v.setDirty(t)
+			v.lostChain(t, 3)
+			v.setFAT(t, v.freeCluster()-5, fatEOC, 1)
+			v.setSize(t, v.entry(t, "B       TXT"), 10)
+			damaged := mustRead(t, v.img)
+			rec := &recordingDev{memDev: &memDev{b: bytes.Clone(damaged)}}
+			res, err := Repair(rec)
+			if err != nil || !res.Changed() || !res.After.Clean() {
+				t.Fatalf("Repair: %v, %+v", err, res)
+			}
+			// The dirty bit is cleared (in the boot sector, then in FAT32's backup) only after
+			// a flush that follows every other write, and a flush ends the repair.
+			state := int64(v.bs.StateOffset())
+			clear := -1
+			for i, op := range rec.ops {
+				if !op.flush && op.off == state && op.data[0]&ondisk.StateDirty == 0 {
+					clear = i
+					break
+				}
+			}
+			if clear < 1 || !rec.ops[clear-1].flush || !rec.ops[len(rec.ops)-1].flush {
+				t.Fatalf("the dirty bit is not cleared between flushes at the end: %v", rec.ops)
+			}
+			for _, op := range rec.ops[clear+1 : len(rec.ops)-1] {
+				if op.flush || op.off%int64(v.g.SectorSize) != state {
+					t.Fatalf("after the dirty bit is cleared: %v", op)
+				}
+			}
+			// A crash after op k leaves ops[:k] on disk (a prefix), or, since a device may
+			// reorder writes between flushes, everything up to the last flush before k plus op k
+			// alone.
+			lastFlush := 0
+			for k := range rec.ops {
+				var persisted []devOp
+				if rec.ops[k].flush {
+					lastFlush = k
+				} else {
+					persisted = append(append(persisted, rec.ops[:lastFlush]...), rec.ops[k])
+				}
+				for variant, ops := range [][]devOp{rec.ops[:k], persisted} {
+					img := bytes.Clone(damaged)
+					for _, op := range ops {
+						if !op.flush {
+							copy(img[op.off:], op.data)
+						}
+					}
+					dev := &memRW{memDev: &memDev{b: img}}
+					rep, err := Check(dev)
+					if err != nil {
+						t.Fatalf("crash after op %d: %v", k, err)
+					}
+					if (k < clear || k == clear && variant == 0) && !rep.Has(Dirty) {
+						t.Errorf("crash after op %d of %d: the volume does not read as dirty", k, len(rec.ops))
+					}
+					again, err := Repair(dev)
+					if err != nil || !again.Clean() {
+						t.Fatalf("crash after op %d (%d ops on disk): second Repair: %v; unrepairable %v", k, len(ops), err, again.Unrepairable)
+					}
+				}
+			}
+			t.Logf("%d writes and flushes, each a crash point", len(rec.ops))
+		})
 	}
 }
