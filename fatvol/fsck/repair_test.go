@@ -307,6 +307,9 @@ func mustRead(t *testing.T, path string) []byte {
 
 // firstDiff is the first offset where a and b differ, -1 if they are equal.
 func firstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
 			return i
