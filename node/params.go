@@ -20,6 +20,7 @@ const (
 	ParamMode        = "mode"
 	ParamAdopt       = "adopt"
 	ParamReclaim     = "reclaim"
+	ParamOnDamage    = "onDamage"
 )
 
 // Write modes: how eagerly a staged volume writes back (fatvol.Options).
@@ -33,6 +34,14 @@ const (
 const (
 	ReclaimKeep = "keep" // the file system and its files stay as they are
 	ReclaimWipe = "wipe" // a fresh empty file system
+)
+
+// What staging does with a volume whose file system check finds errors (a volume not cleanly
+// unmounted, or damaged).
+const (
+	OnDamageRepair   = "repair"   // repair what is safe (fsck.Repair) and serve; anything else: serve read-only
+	OnDamageReadOnly = "readonly" // write nothing; serve read-only
+	OnDamageFail     = "fail"     // repair what is safe and serve; anything else: fail staging
 )
 
 // reservedParamPrefix marks parameters the Kubernetes provisioner adds itself
@@ -49,7 +58,8 @@ type Params struct {
 	FATs        int    `json:"fats,omitempty"` // 0 = 2
 	Mode        string `json:"mode"`
 	Adopt       bool   `json:"adopt,omitempty"`
-	Reclaim     string `json:"reclaim,omitempty"` // USB only
+	Reclaim     string `json:"reclaim,omitempty"`  // USB only
+	OnDamage    string `json:"onDamage,omitempty"` // "" = OnDamageRepair
 }
 
 // ParseParams checks StorageClass parameters. Unknown keys are an error, so a typo does not
@@ -101,6 +111,15 @@ func ParseParams(in map[string]string) (Params, error) {
 				p.Reclaim = val
 			default:
 				err = fmt.Errorf("want %s or %s", ReclaimKeep, ReclaimWipe)
+			}
+		case ParamOnDamage:
+			switch val {
+			case OnDamageRepair:
+				p.OnDamage = "" // the default, recorded as such so that both spellings are one volume
+			case OnDamageReadOnly, OnDamageFail:
+				p.OnDamage = val
+			default:
+				err = fmt.Errorf("want %s, %s or %s", OnDamageRepair, OnDamageReadOnly, OnDamageFail)
 			}
 		default:
 			if !strings.HasPrefix(key, reservedParamPrefix) {
@@ -172,7 +191,18 @@ func (p Params) Map() map[string]string {
 	if p.Reclaim != "" {
 		m[ParamReclaim] = p.Reclaim
 	}
+	if p.OnDamage != "" {
+		m[ParamOnDamage] = p.OnDamage
+	}
 	return m
+}
+
+// onDamage is the policy for a damaged volume, the default spelled out.
+func (p Params) onDamage() string {
+	if p.OnDamage == "" {
+		return OnDamageRepair
+	}
+	return p.OnDamage
 }
 
 // mkfsOptions are the formatter's options for these parameters on a device whose sectors are

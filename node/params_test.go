@@ -51,6 +51,12 @@ func TestParseParams(t *testing.T) {
 		{in: map[string]string{"reclaim": "keep"}, bad: true},
 		{in: map[string]string{"pool": "usb", "adopt": "true", "fatType": "32"}, bad: true},
 		{in: map[string]string{"Pool": "image"}, bad: true},
+		{in: map[string]string{"onDamage": "repair"}, want: Params{Pool: PoolImage, Mode: ModeDefault}},
+		{in: map[string]string{"onDamage": "readonly"}, want: Params{Pool: PoolImage, Mode: ModeDefault, OnDamage: OnDamageReadOnly}},
+		{in: map[string]string{"onDamage": "fail", "pool": "usb", "adopt": "true"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Adopt: true, Reclaim: ReclaimKeep, OnDamage: OnDamageFail}},
+		{in: map[string]string{"onDamage": "ro"}, bad: true},
+		{in: map[string]string{"onDamage": ""}, bad: true},
 	}
 	for _, tt := range tests {
 		got, err := ParseParams(tt.in)

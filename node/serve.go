@@ -24,6 +24,9 @@ type servedVolume struct {
 	vol  *fatvol.Volume
 	srv  *fatfuse.Server
 	done chan struct{} // closed when the FUSE mount is gone
+	// damage says why the volume is served read-only with file system errors; "" when it is
+	// served clean.
+	damage string
 }
 
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a

@@ -128,10 +128,20 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 	if err := m.mounts.detachAll(st.Path); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
+	forceReadOnly, damage, err := checkBeforeServing(rec, devPath, opts.ReadOnly)
+	if err != nil {
+		return err
+	}
+	if forceReadOnly && !opts.ReadOnly {
+		if opts, err = mountOptions(st.MountFlags, st.MountGroup, true); err != nil {
+			return invalid("%v", err)
+		}
+	}
 	sv, err := serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
 	if err != nil {
 		return status.Errorf(codes.Internal, "serve volume %s at %s: %v", rec.ID, st.Path, err)
 	}
+	sv.damage = damage
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.served[rec.Name] = sv
@@ -144,7 +154,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 		}
 		return err
 	}
-	klog.InfoS("staged volume", "volume", rec.ID, "path", st.Path, "device", devPath, "readOnly", st.ReadOnly)
+	klog.InfoS("staged volume", "volume", rec.ID, "path", st.Path, "device", devPath, "readOnly", opts.ReadOnly)
 	return nil
 }
 

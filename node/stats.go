@@ -110,6 +110,9 @@ func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (ab
 	if err := healthy(path); err != nil {
 		return true, fmt.Sprintf("mount at %s: %v", path, err)
 	}
+	if sv.damage != "" {
+		return true, sv.damage
+	}
 	return false, "volume is served and its device answers"
 }
 

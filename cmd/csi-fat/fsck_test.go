@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
@@ -127,9 +128,9 @@ func TestFsckCommandProblems(t *testing.T) {
 		t.Errorf("fsck.fat -n exit %d:\n%s", code, ref)
 	}
 
-	// Without -n: a notice, and the same check.
+	// Without -n or -a: a notice, and the same check.
 	r2 := runFsckCmd(img)
-	if r2.code != fsckProblems || !strings.Contains(r2.stderr, "repair is not supported; checking only") || r2.stdout != r.stdout {
+	if r2.code != fsckProblems || !strings.Contains(r2.stderr, "no -a: checking only") || r2.stdout != r.stdout {
 		t.Errorf("without -n: exit %d, stderr %q, stdout %q", r2.code, r2.stderr, r2.stdout)
 	}
 }
@@ -150,6 +151,8 @@ func TestFsckCommandCannotCheck(t *testing.T) {
 		{"no path", []string{"-n"}},
 		{"two paths", []string{"-n", notFAT, notFAT}},
 		{"unknown flag", []string{"-x", notFAT}},
+		{"-n with -a", []string{"-n", "-a", notFAT}},
+		{"-a on a missing path", []string{"-a", filepath.Join(dir, "nope.img")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runFsckCmd(tc.args...)
@@ -173,7 +176,7 @@ func TestFsckCommandHelp(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("--help exit %d", r.code)
 	}
-	for _, want := range []string{"usage: csi-fat fsck [-n] [-v] PATH", "-n", "-v", "exit status", "Repair is not supported"} {
+	for _, want := range []string{"usage: csi-fat fsck [-n | -a] [-v] PATH", "-n", "-a", "-v", "exit status", "4 (-a)", "FSCKnnnn.REC"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("--help lacks %q:\n%s", want, r.stderr)
 		}
@@ -183,8 +186,8 @@ func TestFsckCommandHelp(t *testing.T) {
 	}
 }
 
-// TestFsckBinaryExitCodes runs the built binary as a user would: 0 clean, 1 problems, 2 could
-// not check.
+// TestFsckBinaryExitCodes runs the built binary as a user would: 0 clean, 1 problems (or
+// repaired with -a), 2 could not check, 4 not safely repairable with -a.
 func TestFsckBinaryExitCodes(t *testing.T) {
 	needFsckTools(t)
 	bin := filepath.Join(t.TempDir(), "csi-fat")
@@ -201,18 +204,105 @@ func TestFsckBinaryExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	broken := fsckTestImage(t)
+	patchFAT16(t, broken, startCluster(t, broken, "HELLOW~1TXT"), 0, false)
 	for _, tc := range []struct {
-		path string
-		want int
-	}{{clean, 0}, {dirty, 1}, {filepath.Join(t.TempDir(), "missing.img"), 2}} {
-		cmd := exec.Command(bin, "fsck", "-n", tc.path)
+		mode, path string
+		want       int
+	}{
+		{"-n", clean, 0}, {"-n", dirty, 1}, {"-n", filepath.Join(t.TempDir(), "missing.img"), 2},
+		{"-a", broken, 4}, {"-a", dirty, 1}, {"-a", dirty, 0},
+	} {
+		cmd := exec.Command(bin, "fsck", tc.mode, tc.path)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if err != nil && !errors.As(err, &exit) {
 			t.Fatal(err)
 		}
 		if code := cmd.ProcessState.ExitCode(); code != tc.want {
-			t.Errorf("csi-fat fsck -n %s: exit %d, want %d\n%s", tc.path, code, tc.want, out)
+			t.Errorf("csi-fat fsck %s %s: exit %d, want %d\n%s", tc.mode, tc.path, code, tc.want, out)
 		}
+	}
+}
+
+// patchFAT16 sets FAT entry cluster to value in both FATs of a FAT16 image made by
+// fsckTestImage, and optionally the dirty bit.
+func patchFAT16(t *testing.T, img string, cluster, value uint16, dirty bool) {
+	t.Helper()
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	boot := make([]byte, 512)
+	if _, err := f.ReadAt(boot, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserved := int64(binary.LittleEndian.Uint16(boot[14:]))
+	fatSectors := int64(binary.LittleEndian.Uint16(boot[22:]))
+	for i := int64(0); i < 2; i++ {
+		var b [2]byte
+		binary.LittleEndian.PutUint16(b[:], value)
+		if _, err := f.WriteAt(b[:], (reserved+i*fatSectors)*512+int64(cluster)*2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dirty {
+		if _, err := f.WriteAt([]byte{0x01}, 37); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startCluster finds the short entry named name (11 bytes) in the image and returns its start.
+func startCluster(t *testing.T, img, name string) uint16 {
+	t.Helper()
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, []byte(name))
+	if i < 0 || i%32 != 0 {
+		t.Fatalf("no directory entry %q", name)
+	}
+	return binary.LittleEndian.Uint16(b[i+26:])
+}
+
+// TestFsckCommandRepair: -a repairs a dirty volume with a lost chain (exit 1), after which both
+// checkers call it clean and -a has nothing to do (exit 0); a chain into a free cluster is
+// refused (exit 4) with the image left as it was.
+func TestFsckCommandRepair(t *testing.T) {
+	needFsckTools(t)
+	img := fsckTestImage(t)
+	patchFAT16(t, img, 1000, 1001, false)
+	patchFAT16(t, img, 1001, 0xFFFF, true)
+	r := runFsckCmd("-a", img)
+	if r.code != fsckProblems || !strings.Contains(r.stdout, "Repaired 2 error(s)") {
+		t.Fatalf("-a: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if code, ref := refFsck(t, img); code != 0 {
+		t.Fatalf("fsck.fat -n after -a: exit %d\n%s", code, ref)
+	}
+	if again := runFsckCmd("-a", img); again.code != fsckClean {
+		t.Errorf("-a again: exit %d\n%s", again.code, again.stdout)
+	}
+
+	broken := fsckTestImage(t)
+	patchFAT16(t, broken, startCluster(t, broken, "HELLOW~1TXT"), 0, true)
+	before, err := os.ReadFile(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = runFsckCmd("-a", broken)
+	if r.code != fsckUncorrected || !strings.Contains(r.stdout, "Not repaired, nothing written") ||
+		!strings.Contains(r.stdout, "/sub dir/hello world.txt: contains a free cluster") {
+		t.Fatalf("-a on a broken chain: exit %d, want 4\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	after, err := os.ReadFile(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("-a changed an image it refused to repair")
 	}
 }

@@ -123,6 +123,9 @@ func (c *checker) checkFile(i int32) {
 	}
 	if !f.isDir() && uint64(f.size) > clusters*cs {
 		c.problem(ChainLength, Error, c.path(i), prev, f.entryOff, "file size is %d bytes, cluster chain length is %d bytes", f.size, clusters*cs)
+		// fsck.fat truncates the size to the chain's length.
+		f.size = uint32(clusters * cs)
+		f.entryChanged = true
 	}
 }
 
@@ -136,6 +139,7 @@ func (c *checker) cutAfter(i int32, prev uint32) {
 		c.problem(BrokenChain, Error, "/", c.files[0].start, -1, "the FAT32 root directory has no valid first cluster")
 	}
 	c.files[i].start = 0
+	c.files[i].entryChanged = true
 }
 
 // freeTail frees, in memory, the unowned clusters from cl on, as fsck.fat's truncate_file
@@ -234,12 +238,14 @@ func (c *checker) checkFree() error {
 	off := sector * int64(c.g.SectorSize)
 	if off+512 > c.dev.Size() {
 		c.problem(FSInfo, Error, "", 0, -1, "FSINFO sector %d lies beyond the end of the device", sector)
+		c.notRepairable()
 		return nil
 	}
 	buf := make([]byte, 512)
 	if err := c.readAt(buf, off); err != nil {
 		return err
 	}
+	c.fsinfo, c.fsinfoOff = buf, off
 	info, err := ondisk.ParseFSInfo(buf)
 	if err != nil {
 		c.problem(FSInfo, Error, "", 0, -1, "FSINFO sector %d has bad signatures", sector)

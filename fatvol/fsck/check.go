@@ -30,6 +30,13 @@ type checker struct {
 	owner []uint32 // per cluster: 1 + index into files of the file that owns it; 0 if none
 	files []fileRec
 	lfn   lfnState
+	// fatRaw is the bytes of the FAT copy in use as read (fatBytes of them, plus one), the
+	// base onto which Repair encodes the repaired table.
+	fatRaw []byte
+	// fsinfo is the FSINFO sector as read (nil when there is none to repair) and its offset.
+	fsinfo    []byte
+	fsinfoOff int64
+	unflushed bool // Repair has written since its last flush
 
 	// Root directory volume label, found while scanning the root (fsck.fat's find_volume_de).
 	label       ondisk.ShortName
@@ -43,6 +50,15 @@ type checker struct {
 // non-nil only when the volume could not be checked at all: an I/O error, or a boot sector
 // from which no FAT layout can be derived.
 func Check(dev blockdev.Device) (*Report, error) {
+	c, err := check(dev)
+	if err != nil {
+		return nil, err
+	}
+	return c.rep, nil
+}
+
+// check runs a check and keeps its state, from which Repair works.
+func check(dev blockdev.Device) (*checker, error) {
 	c := &checker{dev: dev, rep: &Report{}}
 	if err := c.readBoot(); err != nil {
 		return nil, err
@@ -64,7 +80,7 @@ func Check(dev blockdev.Device) (*Report, error) {
 	if err := c.checkFree(); err != nil {
 		return nil, err
 	}
-	return c.rep, nil
+	return c, nil
 }
 
 // problem records a finding; path is "" for volume-wide ones.
@@ -78,8 +94,17 @@ func (c *checker) problem(k Kind, sev Severity, path string, cluster uint32, ent
 	}
 	c.rep.Problems = append(c.rep.Problems, Problem{
 		Kind: k, Severity: sev, Path: path, Detail: fmt.Sprintf(format, args...),
-		Cluster: cluster, EntryOffset: entryOff,
+		Cluster: cluster, EntryOffset: entryOff, Repairable: sev == Error && repairableKinds[k],
 	})
+}
+
+// notRepairable marks the problem just recorded as one Repair must not touch, for the cases
+// of a repairable kind that are not safe (a FAT copy taken over from a corrupt primary, an
+// FSINFO sector outside the device).
+func (c *checker) notRepairable() {
+	if n := len(c.rep.Problems); n > 0 {
+		c.rep.Problems[n-1].Repairable = false
+	}
 }
 
 // readAt reads exactly len(p) bytes at off.

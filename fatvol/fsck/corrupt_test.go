@@ -47,7 +47,7 @@ func (v *vol) readAt(t *testing.T, off int64, n int) []byte {
 	return p
 }
 
-// setFAT sets a FAT16/32 entry in the given copies (all when none are given).
+// setFAT sets a FAT entry in the given copies (all when none are given).
 func (v *vol) setFAT(t *testing.T, cluster, value uint32, copies ...int) {
 	t.Helper()
 	if len(copies) == 0 {
@@ -57,7 +57,16 @@ func (v *vol) setFAT(t *testing.T, cluster, value uint32, copies ...int) {
 	}
 	for _, i := range copies {
 		off := v.g.FATOffset(i)
-		if v.g.Type == ondisk.FAT16 {
+		if v.g.Type == ondisk.FAT12 {
+			at := off + int64(cluster)*3/2
+			b := v.readAt(t, at, 2)
+			if cluster&1 == 0 {
+				b[0], b[1] = byte(value), b[1]&0xF0|byte(value>>8)&0x0F
+			} else {
+				b[0], b[1] = b[0]&0x0F|byte(value<<4), byte(value>>4)
+			}
+			v.writeAt(t, at, b)
+		} else if v.g.Type == ondisk.FAT16 {
 			var b [2]byte
 			binary.LittleEndian.PutUint16(b[:], uint16(value))
 			v.writeAt(t, off+int64(cluster)*2, b[:])
@@ -72,7 +81,11 @@ func (v *vol) setFAT(t *testing.T, cluster, value uint32, copies ...int) {
 // entry finds a short directory entry by its 11-byte name in the first 16 MiB of the image.
 func (v *vol) entry(t *testing.T, name string) int64 {
 	t.Helper()
-	return entryOffset(t, v.readAt(t, 0, 16<<20), name)
+	st, err := os.Stat(v.img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entryOffset(t, v.readAt(t, 0, int(min(st.Size(), 16<<20))), name)
 }
 
 func (v *vol) setStart(t *testing.T, entryOff int64, cluster uint32) {
@@ -94,14 +107,17 @@ func (v *vol) setSize(t *testing.T, entryOff int64, size uint32) {
 // freeCluster is a cluster near the end of the volume, far from anything mcopy allocated.
 func (v *vol) freeCluster() uint32 { return v.g.Clusters - 10 }
 
-// makeVol builds the base image for one FAT type: files of a few clusters, a long name and a
+// makeVol builds the base image for one FAT type ("12", "16" or "32"): files of a few clusters, a long name and a
 // directory chain /D1/D2/D3/D4 with a file at the bottom.
 func makeVol(t *testing.T, fatType string) *vol {
 	t.Helper()
 	var img string
-	if fatType == "16" {
+	switch fatType {
+	case "12":
+		img = mkfsImage(t, 4<<20, "-F", "12", "-s", "4")
+	case "16":
 		img = mkfsImage(t, 32<<20, "-F", "16", "-s", "4")
-	} else {
+	default:
 		img = mkfsImage(t, 40<<20, "-F", "32", "-s", "1")
 	}
 	cs := 2048

@@ -26,7 +26,7 @@ func newFATTable(t ondisk.FATType, n uint32) fatTable {
 
 func (f *fatTable) isBad(v uint32) bool { return v == f.bad }
 func (f *fatTable) isEOC(v uint32) bool { return v >= f.extd|0x8 }
-func (f *fatTable) eoc() uint32         { return f.extd | 0xF }
+func (f *fatTable) eoc() uint32         { return f.extd | 0x8 } // fsck.fat's FAT_EOF
 
 // decodeFAT fills entries from the raw bytes of a FAT copy.
 func (f *fatTable) decode(t ondisk.FATType, raw []byte) {
@@ -82,6 +82,7 @@ func (c *checker) loadFAT() error {
 			c.problem(FATHeader, Error, "", 0, -1, "both FATs appear to be corrupt: FAT[0] is 0x%X, media byte 0x%02X", c.fat.entries[0], c.bs.Media)
 		case differs && !firstOK && secondOK:
 			c.problem(FATMismatch, Error, "", at, -1, "FATs differ (first at cluster %d) and the first FAT's header is corrupt; the second FAT is used", at)
+			c.notRepairable()
 			used = make([]byte, n+1)
 			if err := c.readAt(used[:n], c.g.FATOffset(1)); err != nil {
 				return err
@@ -104,6 +105,7 @@ func (c *checker) loadFAT() error {
 		// fsck.fat does not compare them; Microsoft's spec wants FAT[0] to carry the media byte.
 		c.problem(FATHeader, Warning, "", 0, -1, "FAT[0] is 0x%X but the boot sector's media byte is 0x%02X", v0, c.bs.Media)
 	}
+	c.fatRaw = used
 	c.owner = make([]uint32, c.g.Clusters+2)
 	limit := c.g.Clusters + 2
 	for cl := uint32(2); cl < limit; cl++ {

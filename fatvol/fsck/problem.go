@@ -1,7 +1,8 @@
-// Package fsck is a read-only FAT12/16/32 checker. It reads the raw on-disk structures itself
-// (through fatvol/ondisk and fatvol/blockdev only, never the engine) so that it can judge the
-// engine's output independently, and it follows the rules of dosfstools' fsck.fat 4.2: what
-// fsck.fat -n would repair is an error, what it only mentions is a warning.
+// Package fsck is a FAT12/16/32 checker (Check, read-only) with a repair of the safe cases
+// (Repair). It reads the raw on-disk structures itself (through fatvol/ondisk and
+// fatvol/blockdev only, never the engine) so that it can judge the engine's output
+// independently, and it follows the rules of dosfstools' fsck.fat 4.2: what fsck.fat -n would
+// repair is an error, what it only mentions is a warning.
 package fsck
 
 import (
@@ -94,6 +95,19 @@ type Problem struct {
 	Detail      string // human text
 	Cluster     uint32 // the cluster involved (for chain problems: the one whose FAT entry a repair would change); 0 if none
 	EntryOffset int64  // byte offset of the directory entry on the device, -1 if none
+	// Repairable tells whether Repair fixes this error safely; always false for warnings.
+	Repairable bool
+}
+
+// repairableKinds are the kinds of error Repair fixes, as fsck.fat -a would, without risk to
+// any file's data: what a crash of a writer leaves (lost clusters, a stale free count, the
+// dirty bit, FAT copies half written, a size and chain out of step).
+var repairableKinds = map[Kind]bool{
+	LostClusters: true,
+	FSInfo:       true,
+	Dirty:        true,
+	FATMismatch:  true,
+	ChainLength:  true,
 }
 
 func (p Problem) String() string {
@@ -144,6 +158,17 @@ func (r *Report) Errors() []Problem {
 	var out []Problem
 	for _, p := range r.Problems {
 		if p.Severity == Error {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Unrepairable returns the errors Repair does not fix.
+func (r *Report) Unrepairable() []Problem {
+	var out []Problem
+	for _, p := range r.Problems {
+		if p.Severity == Error && !p.Repairable {
 			out = append(out, p)
 		}
 	}

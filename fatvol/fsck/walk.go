@@ -18,7 +18,9 @@ type fileRec struct {
 	ntCase   uint8
 	hasLFN   bool
 	deleted  bool // fsck.fat would delete it: it is not descended into
-	badName  bool
+	// entryChanged: the check changed start or size in memory as fsck.fat would on disk.
+	entryChanged bool
+	badName      bool
 }
 
 func (f *fileRec) isDir() bool { return f.attr&ondisk.AttrDirectory != 0 }
