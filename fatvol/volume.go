@@ -71,13 +71,13 @@ type Volume struct {
 	io    sync.Mutex
 	dev   blockdev.Device
 	fence *fencedDevice // under dev and the cache: stops writing at the first device failure
-	name string // for messages: the device's path when known
-	geo  ondisk.Geometry
-	boot *ondisk.BootSector
-	opts Options
-	loc  *time.Location
-	fat  *table
-	root *node
+	name  string        // for messages: the device's path when known
+	geo   ondisk.Geometry
+	boot  *ondisk.BootSector
+	opts  Options
+	loc   *time.Location
+	fat   *table
+	root  *node
 
 	blockSize     int // I/O block size: the cache's page size
 	cache         *pageCache
