@@ -252,3 +252,32 @@ func pathError(err error) error {
 	}
 	return &os.PathError{Op: "op", Path: "volume", Err: err}
 }
+
+// TestDeviceFailureSyncMode: in sync mode nothing waits in memory, so the write itself meets the
+// failure and returns EIO.
+func TestDeviceFailureSyncMode(t *testing.T) {
+	img := makeImage(t, fat12)
+	dev, err := blockdev.Open(img, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanish := &vanishing{Device: dev}
+	v, err := fatvol.Open(vanish, fatvol.Options{Logger: quietLogger, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	writeVolumeFile(t, v, "KEPT.TXT", []byte("kept"))
+	f, err := v.Create("A.TXT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanish.pull()
+	within(t, "a sync-mode write on a pulled stick", func() {
+		_, err := f.Write([]byte("data"))
+		wantErrno(t, "a sync-mode write on a pulled stick", err, syscall.EIO)
+	})
+	if v.Err() == nil {
+		t.Error("Err() is nil after a failed sync-mode write")
+	}
+}
