@@ -13,6 +13,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/usbtest"
 )
 
 // treeDigest describes every file and directory under dir by path, mode, size, time and (for
@@ -296,4 +299,65 @@ func TestHostileRequests(t *testing.T) {
 	if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: staged, StagingTargetPath: stagedAt}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestHostileUSBRequests: CreateVolume requests the USB pool cannot or must not satisfy get their
+// codes and leave the sticks untouched (no stick is claimed or formatted).
+func TestHostileUSBRequests(t *testing.T) {
+	requireLoop(t)
+	fake := usbtest.New(t)
+	stick := fake.Add(t, 32<<20, "Fake", "Hostile", "HOST0001")
+	td := startDriver(t, "", withUSB(fake))
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		required int64
+		limit    int64
+		params   map[string]string
+		want     codes.Code
+	}{
+		{"larger than any stick", 64 << 20, 0, nil, codes.ResourceExhausted},
+		{"limit below every stick", 1, 16 << 20, nil, codes.ResourceExhausted},
+		{"negative size", -1, 0, nil, codes.InvalidArgument},
+		{"adopt not a boolean", 1, 0, map[string]string{"adopt": "maybe"}, codes.InvalidArgument},
+		{"unknown reclaim", 1, 0, map[string]string{"reclaim": "burn"}, codes.InvalidArgument},
+		{"adopt a stick with no FAT", 1, 0, map[string]string{"adopt": "true"}, codes.ResourceExhausted},
+	}
+	digest := func() string { return treeDigest(t, filepath.Dir(stick.SysDir)) + stickDigest(t, stick.Loop) }
+	before := digest()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := map[string]string{node.ParamPool: node.PoolUSB}
+			for k, v := range tt.params {
+				p[k] = v
+			}
+			_, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "usb-" + strings.ReplaceAll(tt.name, " ", "-"),
+				VolumeCapabilities: []*csi.VolumeCapability{rw}, CapacityRange: &csi.CapacityRange{RequiredBytes: tt.required, LimitBytes: tt.limit}, Parameters: p})
+			if code(err) != tt.want {
+				t.Errorf("%v, want code %v", err, tt.want)
+			}
+			if after := digest(); after != before {
+				t.Fatalf("the request changed the stick or its sysfs entry")
+			}
+		})
+	}
+	// The stick is still free: a plain request claims it.
+	if _, err := usbVolume(t, td, "plain", 1, nil); err != nil {
+		t.Fatalf("claiming the stick after the refused requests: %v", err)
+	}
+}
+
+// stickDigest hashes a stick's first MiB, where a format would write its boot sector and FATs.
+func stickDigest(t *testing.T, dev string) string {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(buf))
 }
