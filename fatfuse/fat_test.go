@@ -479,6 +479,21 @@ func TestErrorsOption(t *testing.T) {
 			if b, err := os.ReadFile(m.path("before")); err != nil || string(b) != "ok" {
 				t.Errorf("reading after the error: %q, %v", b, err)
 			}
+			// Under remount-ro the engine stopped writing at the failure, so closing cannot
+			// write back and says so; under continue it writes everything once the device works.
+			if got := srv.Failure() != nil; got != (mode == "remount-ro") {
+				t.Errorf("Failure() = %v after the error", srv.Failure())
+			}
+			m.up = false
+			if err := srv.Unmount(); err != nil {
+				t.Fatal(err)
+			}
+			srv.Wait()
+			err = vol.Close()
+			want = map[string]string{"remount-ro": syscall.EIO.Error(), "continue": "ok"}[mode]
+			if errnoOf(err) != want {
+				t.Errorf("closing the volume: %v, want %s", err, want)
+			}
 		})
 	}
 }

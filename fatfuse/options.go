@@ -200,7 +200,8 @@ func ParseOptions(s string) (Options, error) {
 
 // VolumeOptions are the engine options these mount options call for.
 func (o Options) VolumeOptions() fatvol.Options {
-	return fatvol.Options{ReadOnly: o.ReadOnly, ShortName: o.ShortName, Location: o.Location, Sync: o.Sync, Flush: o.Flush}
+	return fatvol.Options{ReadOnly: o.ReadOnly, ShortName: o.ShortName, Location: o.Location, Sync: o.Sync, Flush: o.Flush,
+		ContinueAfterDeviceError: o.Errors == "continue"}
 }
 
 // OptionsHelp documents every option, for the command's --help.

@@ -30,8 +30,9 @@ type Server struct {
 	geoCluster int64
 	fixedRoot  int64 // bytes of a FAT12/16 fixed root directory; 0 on FAT32
 
-	// readOnly turns on after an I/O error under errors=remount-ro.
+	// readOnly turns on after an I/O error under errors=remount-ro; failure is that error.
 	readOnly atomic.Bool
+	failure  atomic.Pointer[error]
 
 	mu      sync.Mutex // guards the identity tables and every node's place (parent, name, pos)
 	byPos   map[int64]*node
@@ -125,9 +126,18 @@ func (s *Server) errno(err error) syscall.Errno {
 	}
 	e := fatvol.Errno(err)
 	if e == syscall.EIO && s.opts.Errors != "continue" && !s.readOnly.Swap(true) {
+		s.failure.Store(&err)
 		log.Printf("fatfuse: %s: %v; refusing changes from now on (errors=remount-ro)", s.mountpoint, err)
 	}
 	return e
+}
+
+// Failure returns the I/O error that turned the mount read-only under errors=remount-ro, or nil.
+func (s *Server) Failure() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // writable refuses changes once the mount went read-only.

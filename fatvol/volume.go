@@ -47,6 +47,9 @@ type Options struct {
 	// FlushNoWait makes close return without waiting for that writeback (the kernel thread's
 	// wait=0); unmount and fsync still wait for everything.
 	FlushNoWait bool
+	// ContinueAfterDeviceError keeps writing after the device failed a write or flush, as the
+	// errors=continue mount option. By default the volume then takes no more writes (Err).
+	ContinueAfterDeviceError bool
 	// EntryPerWrite writes a file's directory entry after every write that changes it, instead of
 	// leaving it to writeback. Only for comparison.
 	EntryPerWrite bool
@@ -65,15 +68,16 @@ type Volume struct {
 	// io orders device writes: a batch of file data written without mu holds it from detach to
 	// complete, and every other write and flush takes it (through dev), so nothing written later
 	// can land before data of an earlier batch.
-	io   sync.Mutex
-	dev  blockdev.Device
-	name string // for messages: the device's path when known
-	geo  ondisk.Geometry
-	boot *ondisk.BootSector
-	opts Options
-	loc  *time.Location
-	fat  *table
-	root *node
+	io    sync.Mutex
+	dev   blockdev.Device
+	fence *fencedDevice // under dev and the cache: stops writing at the first device failure
+	name  string        // for messages: the device's path when known
+	geo   ondisk.Geometry
+	boot  *ondisk.BootSector
+	opts  Options
+	loc   *time.Location
+	fat   *table
+	root  *node
 
 	blockSize     int // I/O block size: the cache's page size
 	cache         *pageCache
@@ -101,7 +105,11 @@ func (v *Volume) Options() Options { return v.opts }
 func (v *Volume) BlockSize() int { return v.blockSize }
 
 // Device returns the device the volume lives on.
-func (v *Volume) Device() blockdev.Device { return v.dev.(*orderedDevice).Device }
+func (v *Volume) Device() blockdev.Device { return v.fence.Device }
+
+// Err returns the device failure that stopped the volume taking writes, or nil while it
+// takes them. Once set it stays until the volume is opened again; it wraps syscall.EIO.
+func (v *Volume) Err() error { return v.fence.err() }
 
 // OpenImage opens the image file or block device at path.
 func OpenImage(path string, opts Options) (*Volume, error) {
@@ -122,7 +130,8 @@ func OpenImage(path string, opts Options) (*Volume, error) {
 // dirty until Close. The caller keeps ownership of dev only if Open fails.
 func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}}
-	v.dev = &orderedDevice{Device: dev, mu: &v.io}
+	v.fence = newFencedDevice(dev, !opts.ContinueAfterDeviceError)
+	v.dev = &orderedDevice{Device: v.fence, mu: &v.io}
 	if p, ok := dev.(interface{ Path() string }); ok {
 		v.name = p.Path()
 	}
@@ -189,7 +198,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
-	v.cache = newPageCache(dev, v.blockSize, v.opts.CacheBytes)
+	v.cache = newPageCache(v.fence, v.blockSize, v.opts.CacheBytes)
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
@@ -302,7 +311,7 @@ func (v *Volume) writable() error {
 	if v.opts.ReadOnly {
 		return errReadOnly
 	}
-	return nil
+	return v.fence.err()
 }
 
 var errClosed = errors.New("volume is closed")

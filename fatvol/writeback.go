@@ -264,7 +264,8 @@ func (v *Volume) backgroundWriter() {
 		case <-tick.C:
 		}
 		v.mu.Lock()
-		if !v.closed {
+		// A failed device is not retried: the fence would refuse every write anyway.
+		if !v.closed && v.fence.err() == nil {
 			var err error
 			switch {
 			case woken:

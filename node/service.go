@@ -50,6 +50,9 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
+	if err := s.m.checkOwnDirs("staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -61,6 +64,9 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 		return nil, err
 	}
 	defer unlock()
+	if err := s.m.checkOtherMounts("staging target path", req.GetStagingTargetPath(), id.Name, ""); err != nil {
+		return nil, err
+	}
 	rec, err := s.m.record(id)
 	if err != nil {
 		return nil, err
@@ -174,6 +180,9 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
+	if err := s.m.checkOwnDirs("staging target path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
@@ -239,6 +248,12 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
+	if err := s.m.checkOwnDirs("target path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	if overlaps(req.GetTargetPath(), req.GetStagingTargetPath()) {
+		return nil, invalid("target path %s overlaps the staging target path %s", req.GetTargetPath(), req.GetStagingTargetPath())
+	}
 	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
@@ -247,6 +262,9 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 		return nil, err
 	}
 	defer unlock()
+	if err := s.m.checkOtherMounts("target path", req.GetTargetPath(), "", filepath.Clean(req.GetTargetPath())); err != nil {
+		return nil, err
+	}
 	if _, err := s.m.record(id); err != nil {
 		return nil, err
 	}
@@ -324,6 +342,13 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 	}
 	if err := checkPath("target path", req.GetTargetPath()); err != nil {
 		return nil, err
+	}
+	if err := s.m.checkOwnDirs("target path", req.GetTargetPath()); err != nil {
+		return nil, err
+	}
+	if s.m.isStagingPath(req.GetTargetPath()) {
+		// Unmounting there would take a staged volume away from under its targets.
+		return nil, invalid("target path %s overlaps where a volume is staged", req.GetTargetPath())
 	}
 	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
 		return nil, err

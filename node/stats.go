@@ -101,6 +101,12 @@ func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (ab
 			return true, fmt.Sprintf("image file: %v", err)
 		}
 	}
+	if err := sv.vol.Err(); err != nil {
+		return true, fmt.Sprintf("the volume takes no more writes: %v; unstage it and stage it again once the device is back", err)
+	}
+	if err := sv.srv.Failure(); err != nil {
+		return true, fmt.Sprintf("the mount went read-only after an I/O error (errors=remount-ro): %v", err)
+	}
 	if n, last := sv.dev.ioErrors(); n > 0 {
 		return true, fmt.Sprintf("%d device I/O errors, the last: %v", n, last)
 	}

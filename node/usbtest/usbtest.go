@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stick is one stand-in USB stick.
@@ -23,6 +25,9 @@ type Stick struct {
 	SysDir string
 	// ByIDLink is its by-id symlink.
 	ByIDLink string
+
+	vendor, model string
+	port          int // its port on the fake USB bus
 }
 
 // Fake is a fake sysfs root and by-id directory with sticks in it.
@@ -94,24 +99,34 @@ func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stic
 		}
 	})
 	kernel := filepath.Base(loop)
-	devNum, err := os.ReadFile(filepath.Join("/sys/block", kernel, "dev"))
+	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	s := &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size,
+		SysDir: filepath.Join(f.SysfsRoot, "block", kernel), ByIDLink: filepath.Join(f.ByIDDir, byID),
+		vendor: vendor, model: model, port: f.n}
+	f.describe(t, s)
+	f.Sticks = append(f.Sticks, s)
+	return s
+}
+
+// describe builds the stick's entries in the fake sysfs tree and its by-id link.
+func (f *Fake) describe(t testing.TB, s *Stick) {
+	t.Helper()
+	devNum, err := os.ReadFile(filepath.Join("/sys/block", s.Kernel, "dev"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The layout of a real stick: the block device's "device" link leads to the SCSI device,
 	// which sits below the USB interface and the USB device that carries the serial.
-	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", f.n))
-	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", f.n), "host0", "target0:0:0", "0:0:0:0")
-	sysDir := filepath.Join(f.SysfsRoot, "block", kernel)
-	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", s.port))
+	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", s.port), "host0", "target0:0:0", "0:0:0:0")
 	files := map[string]string{
-		filepath.Join(usbDev, "idVendor"):  "0781",
-		filepath.Join(usbDev, "serial"):    serial,
-		filepath.Join(scsiDev, "vendor"):   fmt.Sprintf("%-8s", vendor),
-		filepath.Join(scsiDev, "model"):    fmt.Sprintf("%-16s", model),
-		filepath.Join(sysDir, "removable"): "1",
-		filepath.Join(sysDir, "size"):      fmt.Sprint(size / 512),
-		filepath.Join(sysDir, "dev"):       strings.TrimSpace(string(devNum)),
+		filepath.Join(usbDev, "idVendor"):    "0781",
+		filepath.Join(usbDev, "serial"):      s.Serial,
+		filepath.Join(scsiDev, "vendor"):     fmt.Sprintf("%-8s", s.vendor),
+		filepath.Join(scsiDev, "model"):      fmt.Sprintf("%-16s", s.model),
+		filepath.Join(s.SysDir, "removable"): "1",
+		filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
+		filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
 	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -121,19 +136,15 @@ func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stic
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(sysDir, "holders"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(s.SysDir, "holders"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(scsiDev, filepath.Join(sysDir, "device")); err != nil {
+	if err := os.Symlink(scsiDev, filepath.Join(s.SysDir, "device")); err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(f.ByIDDir, byID)
-	if err := os.Symlink(loop, link); err != nil {
+	if err := os.Symlink(s.Loop, s.ByIDLink); err != nil {
 		t.Fatal(err)
 	}
-	s := &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size, SysDir: sysDir, ByIDLink: link}
-	f.Sticks = append(f.Sticks, s)
-	return s
 }
 
 // Unplug removes a stick from the fake tree, as the kernel does when it is pulled out. The
@@ -145,5 +156,42 @@ func (f *Fake) Unplug(t testing.TB, s *Stick) {
 	}
 	if err := os.Remove(s.ByIDLink); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Pull unplugs a stick and makes its loop device fail as a removed disk does: its capacity drops
+// to zero, so writes fail (ENOSPC) and reads find nothing (EOF), while whoever has it open keeps
+// the descriptor. The backing file is left as it was, so Replug brings back what reached it.
+func (f *Fake) Pull(t testing.TB, s *Stick) {
+	t.Helper()
+	f.Unplug(t, s)
+	setLoopOffset(t, s, s.Size)
+}
+
+// Replug undoes Pull: the loop device has its capacity again and the stick is back in the tree
+// under the same names.
+func (f *Fake) Replug(t testing.TB, s *Stick) {
+	t.Helper()
+	setLoopOffset(t, s, 0)
+	f.describe(t, s)
+}
+
+// setLoopOffset moves the start of the loop device's window into its backing file; at the
+// file's end the device is empty. The kernel writes back and drops the device's cached pages
+// as it changes.
+func setLoopOffset(t testing.TB, s *Stick, off int64) {
+	t.Helper()
+	dev, err := os.Open(s.Loop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(dev.Fd()))
+	if err != nil {
+		t.Fatalf("LOOP_GET_STATUS64 %s: %v", s.Loop, err)
+	}
+	info.Offset = uint64(off)
+	if err := unix.IoctlLoopSetStatus64(int(dev.Fd()), info); err != nil {
+		t.Fatalf("LOOP_SET_STATUS64 %s offset %d: %v", s.Loop, off, err)
 	}
 }
