@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"testing"
@@ -140,13 +141,15 @@ func (e *environment) installedObject(t *testing.T, kind, name string) map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs struct {
-		Items []map[string]any `json:"items"`
-	}
-	if err := json.Unmarshal(out, &objs); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs.Items {
+	// One JSON object per manifest, one after the other.
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
 		meta, _ := o["metadata"].(map[string]any)
 		if o["kind"] == kind && meta["name"] == name {
 			return o
