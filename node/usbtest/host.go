@@ -51,55 +51,60 @@ func (f *Fake) Attach(size int64, vendor, model, serial string) (*Stick, error) 
 		return nil, fmt.Errorf("losetup %s: %w: %s", img, err, out)
 	}
 	loop := strings.TrimSpace(string(out))
-	s, err := f.describe(loop, size, vendor, model, serial)
-	if err != nil {
+	s := f.newStick(loop, size, vendor, model, serial)
+	if err := f.describe(s); err != nil {
 		return nil, errors.Join(err, detach(loop))
 	}
 	f.Sticks = append(f.Sticks, s)
 	return s, nil
 }
 
+// newStick names a stick on an attached loop device; f.n is its port on the fake USB bus.
+func (f *Fake) newStick(loop string, size int64, vendor, model, serial string) *Stick {
+	kernel := filepath.Base(loop)
+	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	return &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size,
+		SysDir: filepath.Join(f.SysfsRoot, "block", kernel), ByIDLink: filepath.Join(f.ByIDDir, byID),
+		vendor: vendor, model: model, port: f.n}
+}
+
 // describe writes the sysfs entries and by-id link of a stick on an attached loop device: the
 // layout of a real stick, whose block device's "device" link leads to the SCSI device, which
 // sits below the USB interface and the USB device that carries the serial.
-func (f *Fake) describe(loop string, size int64, vendor, model, serial string) (*Stick, error) {
-	kernel := filepath.Base(loop)
-	devNum, err := os.ReadFile(filepath.Join("/sys/block", kernel, "dev"))
+func (f *Fake) describe(s *Stick) error {
+	devNum, err := os.ReadFile(filepath.Join("/sys/block", s.Kernel, "dev"))
 	if err != nil {
-		return nil, fmt.Errorf("stick %s: %w", loop, err)
+		return fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
-	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", f.n))
-	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", f.n), "host0", "target0:0:0", "0:0:0:0")
-	sysDir := filepath.Join(f.SysfsRoot, "block", kernel)
-	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", s.port))
+	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", s.port), "host0", "target0:0:0", "0:0:0:0")
 	files := map[string]string{
-		filepath.Join(usbDev, "idVendor"):  "0781",
-		filepath.Join(usbDev, "serial"):    serial,
-		filepath.Join(scsiDev, "vendor"):   fmt.Sprintf("%-8s", vendor),
-		filepath.Join(scsiDev, "model"):    fmt.Sprintf("%-16s", model),
-		filepath.Join(sysDir, "removable"): "1",
-		filepath.Join(sysDir, "size"):      fmt.Sprint(size / 512),
-		filepath.Join(sysDir, "dev"):       strings.TrimSpace(string(devNum)),
+		filepath.Join(usbDev, "idVendor"):    "0781",
+		filepath.Join(usbDev, "serial"):      s.Serial,
+		filepath.Join(scsiDev, "vendor"):     fmt.Sprintf("%-8s", s.vendor),
+		filepath.Join(scsiDev, "model"):      fmt.Sprintf("%-16s", s.model),
+		filepath.Join(s.SysDir, "removable"): "1",
+		filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
+		filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
 	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, fmt.Errorf("stick %s: %w", loop, err)
+			return fmt.Errorf("stick %s: %w", s.Loop, err)
 		}
 		if err := os.WriteFile(p, []byte(content+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("stick %s: %w", loop, err)
+			return fmt.Errorf("stick %s: %w", s.Loop, err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(sysDir, "holders"), 0o755); err != nil {
-		return nil, fmt.Errorf("stick %s: %w", loop, err)
+	if err := os.MkdirAll(filepath.Join(s.SysDir, "holders"), 0o755); err != nil {
+		return fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
-	if err := os.Symlink(scsiDev, filepath.Join(sysDir, "device")); err != nil {
-		return nil, fmt.Errorf("stick %s: %w", loop, err)
+	if err := os.Symlink(scsiDev, filepath.Join(s.SysDir, "device")); err != nil {
+		return fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
-	link := filepath.Join(f.ByIDDir, byID)
-	if err := os.Symlink(loop, link); err != nil {
-		return nil, fmt.Errorf("stick %s: %w", loop, err)
+	if err := os.Symlink(s.Loop, s.ByIDLink); err != nil {
+		return fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
-	return &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size, SysDir: sysDir, ByIDLink: link}, nil
+	return nil
 }
 
 // BackingFile is the file behind a stick's loop device, as the kernel reports it: the host's

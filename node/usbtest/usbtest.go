@@ -98,53 +98,12 @@ func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stic
 			t.Errorf("losetup -d %s: %v: %s", loop, err, out)
 		}
 	})
-	kernel := filepath.Base(loop)
-	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
-	s := &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size,
-		SysDir: filepath.Join(f.SysfsRoot, "block", kernel), ByIDLink: filepath.Join(f.ByIDDir, byID),
-		vendor: vendor, model: model, port: f.n}
-	f.describe(t, s)
+	s := f.newStick(loop, size, vendor, model, serial)
+	if err := f.describe(s); err != nil {
+		t.Fatal(err)
+	}
 	f.Sticks = append(f.Sticks, s)
 	return s
-}
-
-// describe builds the stick's entries in the fake sysfs tree and its by-id link.
-func (f *Fake) describe(t testing.TB, s *Stick) {
-	t.Helper()
-	devNum, err := os.ReadFile(filepath.Join("/sys/block", s.Kernel, "dev"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The layout of a real stick: the block device's "device" link leads to the SCSI device,
-	// which sits below the USB interface and the USB device that carries the serial.
-	usbDev := filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:14.0", "usb1", fmt.Sprintf("1-%d", s.port))
-	scsiDev := filepath.Join(usbDev, fmt.Sprintf("1-%d:1.0", s.port), "host0", "target0:0:0", "0:0:0:0")
-	files := map[string]string{
-		filepath.Join(usbDev, "idVendor"):    "0781",
-		filepath.Join(usbDev, "serial"):      s.Serial,
-		filepath.Join(scsiDev, "vendor"):     fmt.Sprintf("%-8s", s.vendor),
-		filepath.Join(scsiDev, "model"):      fmt.Sprintf("%-16s", s.model),
-		filepath.Join(s.SysDir, "removable"): "1",
-		filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
-		filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
-	}
-	for p, content := range files {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(s.SysDir, "holders"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(scsiDev, filepath.Join(s.SysDir, "device")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(s.Loop, s.ByIDLink); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Unplug removes a stick from the fake tree, as the kernel does when it is pulled out. The
@@ -173,7 +132,9 @@ func (f *Fake) Pull(t testing.TB, s *Stick) {
 func (f *Fake) Replug(t testing.TB, s *Stick) {
 	t.Helper()
 	setLoopOffset(t, s, 0)
-	f.describe(t, s)
+	if err := f.describe(s); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setLoopOffset moves the start of the loop device's window into its backing file; at the
