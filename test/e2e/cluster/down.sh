@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Stops the local cluster and undoes what up.sh changed on the host: deletes the pods while the
+# kubelet still runs (so it unmounts their volumes and frees their networks), stops every part by
+# its recorded pid, then removes what is left: iptables chains and the safety rules, mounts, the
+# bridge, cgroups, state directories; puts the recorded sysctls and mount propagation back. Safe
+# to run twice or when nothing is up. Exits 1 if anything is still left at the end.
+# --quiet: say nothing when there was nothing to do (up.sh runs it first).
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+require_root
+start=$SECONDS
+quiet=false
+[ "${1:-}" = --quiet ] && quiet=true
+
+# Mount points under the trees the cluster mounts into, deepest first.
+MOUNT_PATTERN='^(/var/lib/kubelet|/run/containerd|/run/netns/cni-)'
+cluster_mounts() {
+	awk '{print $5}' /proc/self/mountinfo | while read -r m; do printf '%b\n' "$m"; done |
+		grep -E "$MOUNT_PATTERN" | sort -r -u
+}
+
+kube_chains_left() {
+	local rules
+	rules=$({ iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; })
+	grep -q -E 'KUBE-|CNI-' <<<"$rules"
+}
+
+anything_up() {
+	[ -d "$PIDS" ] || [ -f "$HOST_STATE" ] || [ -d "$CONF" ] || [ -d /var/lib/kubelet ] || [ -d /run/containerd ] ||
+		[ -n "$(cluster_mounts)" ] || ip link show cni0 >/dev/null 2>&1 || kube_chains_left ||
+		[ -n "$(cluster_processes)" ]
+}
+
+if ! anything_up; then
+	$quiet || log "nothing to stop"
+	exit 0
+fi
+log "stopping the cluster"
+
+running_tasks() { ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING" {print $1}'; }
+no_running_tasks() { [ -z "$(running_tasks)" ]; }
+
+# pods <all|not-daemonset>: "namespace name" of each pod, optionally leaving out DaemonSets' pods.
+pods() {
+	kubectl_admin get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name} {.metadata.ownerReferences[0].kind}{"\n"}{end}' 2>/dev/null |
+		awk -v which="$1" 'NF >= 2 && !(which == "not-daemonset" && $3 == "DaemonSet") {print $1, $2}'
+}
+
+# delete_pods <all|not-daemonset> <seconds>: deletes them (again, as controllers may recreate some)
+# until none is left; the kubelet removes a pod from the API only once its volumes are unmounted.
+delete_pods() {
+	local which=$1 deadline=$((SECONDS + $2)) list ns name
+	while list=$(pods "$which") && [ -n "$list" ]; do
+		[ $SECONDS -lt $deadline ] || {
+			log "pods still there after $2 s: $(echo "$list" | tr '\n' ' ')"
+			return 1
+		}
+		while read -r ns name; do
+			kubectl_admin -n "$ns" delete pod "$name" --grace-period=2 --wait=false >/dev/null 2>&1
+		done <<<"$list"
+		sleep 1
+	done
+}
+
+# The CSI node plugin runs as a DaemonSet: the pods using its volumes go first, while it can still
+# unmount them; then the DaemonSets and whatever is left.
+delete_workloads() {
+	pid_alive kubelet >/dev/null && pid_alive kube-apiserver >/dev/null && [ -f "$KUBECONFIG_ADMIN" ] || return 0
+	kubectl_admin delete deployments,statefulsets,replicasets,jobs,cronjobs,replicationcontrollers \
+		--all -A --wait=false >/dev/null 2>&1
+	delete_pods not-daemonset 90
+	kubectl_admin delete daemonsets --all -A --wait=false >/dev/null 2>&1
+	delete_pods all 60
+	wait_for 30 "the kubelet to stop the containers" no_running_tasks
+	log "pods deleted ($((SECONDS - start)) s)"
+}
+
+# stop <names...>: SIGTERM to each recorded daemon still running, then wait for all; SIGKILL after 20 s.
+stop() {
+	local name pid pids=() deadline=$((SECONDS + 20))
+	for name in "$@"; do
+		pid=$(pid_alive "$name") || continue
+		kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+	done
+	for pid in "${pids[@]}"; do
+		while [ -d "/proc/$pid" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+		if [ -d "/proc/$pid" ]; then
+			log "pid $pid did not stop on SIGTERM: SIGKILL"
+			kill -KILL "$pid" 2>/dev/null
+		fi
+	done
+	for name in "$@"; do rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"; done
+}
+
+kill_leftover_tasks() {
+	pid_alive containerd >/dev/null || return 0
+	local task
+	for task in $(ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
+		log "killing leftover task $task"
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1
+		ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks delete -f "$task" >/dev/null 2>&1
+	done
+}
+
+# Processes still in the pods' cgroups, or shims of containerd's k8s.io namespace that outlived it.
+kill_stragglers() {
+	local pid
+	while read -r pid; do
+		log "killing pid $pid left in a pod cgroup: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+		kill -KILL "$pid" 2>/dev/null
+	done < <(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
+		/sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+	local shim proc
+	shim=$(command -v containerd-shim-runc-v2) || return 0
+	for proc in /proc/[0-9]*; do
+		[ "$(readlink "$proc/exe" 2>/dev/null)" = "$shim" ] || continue
+		tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -q -- '-namespace k8s.io' || continue
+		log "killing leftover shim ${proc#/proc/}"
+		kill -KILL "${proc#/proc/}" 2>/dev/null
+	done
+}
+
+host_state() { [ -f "$HOST_STATE" ] && awk -v k="$1" '$1 == k {print $2, $3}' "$HOST_STATE"; }
+
+remove_iptables() {
+	local tool rules
+	for tool in iptables ip6tables; do
+		command -v "$tool-save" >/dev/null || continue
+		# Read whole before grepping: grep -q stopping early would fail the pipe under pipefail.
+		rules=$("$tool-save" 2>/dev/null) || continue
+		grep -q -E 'KUBE-|CNI-' <<<"$rules" || continue
+		grep -v -E 'KUBE-|CNI-' <<<"$rules" | "$tool-restore" -w || log "$tool-restore failed"
+	done
+	local iface spec
+	iface=$(host_state interface | cut -d' ' -f1)
+	[ -n "$iface" ] || iface=$(outward_interface)
+	[ -n "$iface" ] || return 0
+	for spec in "-d $SERVICE_CIDR" "-d $POD_CIDR" "-s $POD_CIDR"; do
+		# shellcheck disable=SC2086 # spec is two words on purpose
+		while iptables -w -t mangle -C POSTROUTING -o "$iface" $spec -j DROP 2>/dev/null; do
+			iptables -w -t mangle -D POSTROUTING -o "$iface" $spec -j DROP
+		done
+	done
+}
+
+unmount_all() {
+	local m
+	for _ in 1 2 3 4 5; do
+		[ -n "$(cluster_mounts)" ] || return 0
+		while read -r m; do
+			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "cannot unmount $m"
+		done < <(cluster_mounts)
+	done
+}
+
+remove_cgroups() {
+	local d
+	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	return 0
+}
+
+# rm -rf only where nothing is mounted any more: never reach through a mount into another file system.
+remove_dir() {
+	local d=$1
+	[ -e "$d" ] || return 0
+	local mounts
+	mounts=$(awk '{print $5}' /proc/self/mountinfo)
+	if grep -q -E "^$d(/|$)" <<<"$mounts"; then
+		log "not removing $d: something is still mounted under it"
+		return 1
+	fi
+	rm -rf --one-file-system "$d"
+}
+
+remove_state() {
+	local d
+	for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers \
+		"$RUN/etcd" "$PKI" "$CONF" "$PIDS" "$KUBECONFIG_ADMIN"; do
+		remove_dir "$d"
+	done
+	rm -f /run/netns/cni-*
+	host_state existed | grep -q /run/netns || rmdir /run/netns 2>/dev/null
+	return 0
+}
+
+restore_host() {
+	local name value
+	while read -r name value; do
+		[ "$(sysctl -n "$name" 2>/dev/null)" = "$value" ] || sysctl -qw "$name=$value" || log "cannot reset $name to $value"
+	done < <(host_state sysctl)
+	while read -r name value; do
+		[ "$(findmnt -n -o PROPAGATION --mountpoint "$name")" = "$value" ] && continue
+		case $value in
+		private) mount --make-private "$name" ;;
+		slave) mount --make-slave "$name" ;;
+		shared) mount --make-shared "$name" ;;
+		*) log "unknown propagation $value recorded for $name" ;;
+		esac
+	done < <(host_state propagation)
+	rm -f "$HOST_STATE"
+}
+
+report_leftovers() {
+	local left=0 procs
+	procs=$(cluster_processes)
+	[ -z "$procs" ] || {
+		log "still running: $(echo "$procs" | tr '\n' ' ')"
+		left=1
+	}
+	[ -z "$(cluster_mounts)" ] || {
+		log "left mounted: $(cluster_mounts | tr '\n' ' ')"
+		left=1
+	}
+	kube_chains_left && {
+		log "iptables chains left"
+		left=1
+	}
+	ip link show cni0 >/dev/null 2>&1 && {
+		log "link cni0 left"
+		left=1
+	}
+	ls -d /sys/fs/cgroup/*/kubepods >/dev/null 2>&1 && {
+		log "kubepods cgroups left"
+		left=1
+	}
+	return $left
+}
+
+delete_workloads
+stop kube-proxy kubelet kube-scheduler kube-controller-manager
+kill_leftover_tasks
+stop containerd
+kill_stragglers
+stop kube-apiserver etcd
+log "stopped ($((SECONDS - start)) s)"
+remove_iptables
+unmount_all
+ip link show cni0 >/dev/null 2>&1 && ip link delete cni0
+remove_cgroups
+remove_state
+restore_host
+if report_leftovers; then
+	log "cluster down in $((SECONDS - start)) s"
+else
+	log "cluster down in $((SECONDS - start)) s, but something is left (see above)"
+	exit 1
+fi

@@ -1,0 +1,106 @@
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this file
+# Shared by build.sh, up.sh, down.sh and load-images.sh: where things live and small helpers.
+# Sourced, not run.
+
+CLUSTER_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$CLUSTER_DIR/../../.." && pwd)
+CACHE=${CSI_FAT_E2E_CACHE:-/var/cache/csi-fat-e2e}
+BIN=$CACHE/bin
+IMAGES=$CACHE/images
+RUN=/var/lib/csi-fat-e2e
+PKI=$RUN/pki
+CONF=$RUN/config
+PIDS=$RUN/pids
+LOGS=$RUN/logs
+HOST_STATE=$RUN/host-state
+KUBECONFIG_ADMIN=$RUN/admin.kubeconfig
+
+SERVICE_CIDR=10.96.0.0/12
+SERVICE_IP=10.96.0.1
+POD_CIDR=10.244.0.0/16
+POD_SUBNET=10.244.0.0/24
+POD_GATEWAY=10.244.0.1
+PAUSE_IMAGE=registry.k8s.io/pause:3.10
+CONTAINERD_SOCK=/run/containerd/containerd.sock
+
+# The sysctls the cluster's parts change (the kubelet's kernel tunables, the bridge plugin's
+# ip_forward, kube-proxy's route_localnet); up.sh records them and down.sh puts them back.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+	kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.route_localnet)
+
+# The mounts whose propagation up.sh makes shared: the CSI driver's pod mounts hostPath /dev and
+# /sys with HostToContainer, and paths on the root file system; the kubelet makes /var/lib/kubelet
+# shared by itself.
+SHARED_MOUNTS=(/ /dev /sys)
+
+PATH=$BIN:$PATH
+export PATH
+
+log() { echo "$(date +%T) $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+require_root() { [ "$(id -u)" -eq 0 ] || die "must run as root"; }
+
+# outward_interface prints the interface of the default route: the one the safety rules guard.
+outward_interface() {
+	ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i + 1); exit}}'
+}
+
+# node_ip prints the first IPv4 address of the default route's interface.
+node_ip() {
+	local dev
+	dev=$(outward_interface)
+	[ -n "$dev" ] || return 1
+	ip -4 -o addr show dev "$dev" scope global | awk '{split($4, a, "/"); print a[1]; exit}'
+}
+
+node_name() { hostname | tr '[:upper:]' '[:lower:]'; }
+
+# wait_for <seconds> <what> <command...>: runs the command every 0.2 s until it succeeds.
+wait_for() {
+	local limit=$1 what=$2
+	shift 2
+	local deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || {
+			log "timed out after ${limit}s waiting for $what"
+			return 1
+		}
+		sleep 0.2
+	done
+}
+
+# pid_alive <name>: the pid recorded for a daemon, if that process still runs the recorded binary.
+pid_alive() {
+	local name=$1 pid exe running
+	[ -f "$PIDS/$name.pid" ] || return 1
+	pid=$(cat "$PIDS/$name.pid")
+	exe=$(cat "$PIDS/$name.exe" 2>/dev/null) || return 1
+	[ -n "$pid" ] || return 1
+	running=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+	# A binary rebuilt while it runs reads as "<path> (deleted)".
+	[ "${running% (deleted)}" = "$exe" ] || return 1
+	echo "$pid"
+}
+
+kubectl_admin() { kubectl --kubeconfig "$KUBECONFIG_ADMIN" --request-timeout=10s "$@"; }
+
+# cluster_processes: "pid name" of every process that is a part of this cluster, told apart from
+# anything else on the machine by its binary (and, for containerd, by this cluster's config file).
+cluster_processes() {
+	local proc exe name
+	for proc in /proc/[0-9]*; do
+		exe=$(readlink "$proc/exe" 2>/dev/null) || continue
+		exe=${exe% (deleted)}
+		name=$(basename "$exe")
+		case $exe in
+		"$BIN"/etcd | "$BIN"/kube-apiserver | "$BIN"/kube-controller-manager | "$BIN"/kube-scheduler | \
+			"$BIN"/kubelet | "$BIN"/kube-proxy) ;;
+		*/containerd) tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -q -- "--config $CONF/containerd.toml" || continue ;;
+		*) continue ;;
+		esac
+		echo "${proc#/proc/} $name"
+	done
+}

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Starts a single-node Kubernetes cluster on this machine from what build.sh put in the cache, and
+# waits until pods can be created. A cluster left (half) up is stopped first with down.sh.
+# Everything the host had before is recorded in /var/lib/csi-fat-e2e/host-state for down.sh.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+require_root
+start=$SECONDS
+
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd; do
+	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run test/e2e/cluster/build.sh"
+done
+[ -f "$IMAGES/pause.tar" ] || die "$IMAGES/pause.tar is missing: run test/e2e/cluster/build.sh"
+for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
+	command -v "$b" >/dev/null || die "$b is missing: run test/e2e/cluster/build.sh"
+done
+
+"$CLUSTER_DIR/down.sh" --quiet
+
+iface=$(outward_interface)
+[ -n "$iface" ] || die "no default route: cannot tell the node's address"
+NODE_IP=$(node_ip) || die "no IPv4 address on $iface"
+NODE_NAME=$(node_name)
+log "node $NODE_NAME at $NODE_IP ($iface)"
+
+mkdir -p "$RUN" "$PKI" "$CONF/cni" "$PIDS" "$LOGS"
+rm -f "$LOGS"/*.log
+
+record_host_state() {
+	local s m
+	{
+		echo "interface $iface"
+		for s in "${SYSCTLS[@]}"; do
+			echo "sysctl $s $(sysctl -n "$s")"
+		done
+		for m in "${SHARED_MOUNTS[@]}"; do
+			echo "propagation $m $(findmnt -n -o PROPAGATION --mountpoint "$m")"
+		done
+		[ -d /run/netns ] && echo "existed /run/netns"
+		true
+	} >"$HOST_STATE"
+}
+
+# Nothing the pods send may leave the machine: drop what heads out of the default route's interface
+# to the service or pod ranges, or from the pod range. mangle POSTROUTING runs after kube-proxy's
+# DNAT, so it only catches packets that would really leave.
+install_safety_rules() {
+	local spec
+	for spec in "-d $SERVICE_CIDR" "-d $POD_CIDR" "-s $POD_CIDR"; do
+		# shellcheck disable=SC2086 # spec is two words on purpose
+		iptables -w -t mangle -I POSTROUTING -o "$iface" $spec -j DROP
+	done
+}
+
+# start_daemon <name> <binary> <args...>: runs it in its own session with its log under logs/; the
+# process writes its own pid before it becomes the binary, so the pid is right even if setsid forks.
+start_daemon() {
+	local name=$1 binary=$2
+	shift 2
+	echo "$binary" >"$PIDS/$name.exe"
+	rm -f "$PIDS/$name.pid"
+	# shellcheck disable=SC2016 # expanded by the inner sh
+	setsid sh -c 'echo $$ >"$0"; exec "$@"' "$PIDS/$name.pid" "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+	wait_for 5 "$name to start" test -s "$PIDS/$name.pid" || die "$name did not start"
+}
+
+# await <daemon> <seconds> <what> <command...>: wait_for that gives up at once if the daemon died.
+await() {
+	local name=$1 limit=$2 what=$3
+	shift 3
+	local deadline=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		pid_alive "$name" >/dev/null || {
+			tail -n 20 "$LOGS/$name.log" >&2
+			die "$name exited while waiting for $what (log: $LOGS/$name.log)"
+		}
+		[ $SECONDS -lt $deadline ] || {
+			tail -n 20 "$LOGS/$name.log" >&2
+			die "timed out after ${limit}s waiting for $what (log: $LOGS/$name.log)"
+		}
+		sleep 0.2
+	done
+	log "$what ($((SECONDS - start)) s)"
+}
+
+write_containerd_config() {
+	cat >"$CONF/containerd.toml" <<EOF
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # The kubelet asks for negative oom_score_adj values; without CAP_SYS_RESOURCE runc then fails
+  # every sandbox, so containerd clamps them to what the process may set.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CONF/cni"
+EOF
+}
+
+# One bridge; no masquerading, since nothing in the tests needs to leave the machine.
+write_cni_config() {
+	cat >"$CONF/cni/10-csi-fat-e2e.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "csi-fat-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+}
+
+write_kubelet_config() {
+	cat >"$CONF/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This host has cgroup v1 (hybrid); 1.37 refuses it unless told otherwise.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+address: $NODE_IP
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+# No cluster DNS: pods fall back to the node's resolver.
+clusterDomain: cluster.local
+failSwapOn: false
+# The images are imported, not pulled: image garbage collection must never remove them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+EOF
+}
+
+write_kube_proxy_config() {
+	cat >"$CONF/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+hostnameOverride: $NODE_NAME
+bindAddress: $NODE_IP
+clientConnection: {kubeconfig: $CONF/kube-proxy.kubeconfig}
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [primary]
+# Leave the host's conntrack sysctls and route_localnet alone: no NodePort on localhost is needed.
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+iptables: {localhostNodePorts: false}
+EOF
+}
+
+node_ready() {
+	[ "$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+record_host_state
+install_safety_rules
+# The CSI driver's pod mounts hostPath /dev and /sys (and paths on /) with HostToContainer, which
+# needs them shared or slave; here they start private, as there is no systemd to share them.
+for m in "${SHARED_MOUNTS[@]}"; do
+	mount --make-shared "$m"
+done
+
+"$CLUSTER_DIR/certs.sh" "$NODE_IP" "$NODE_NAME"
+write_containerd_config
+write_cni_config
+write_kubelet_config
+write_kube_proxy_config
+log "certificates and configuration ($((SECONDS - start)) s)"
+
+start_daemon etcd "$BIN/etcd" --data-dir "$RUN/etcd"
+await etcd 30 "etcd ready" grep -q "etcd ready" "$LOGS/etcd.log"
+
+start_daemon kube-apiserver "$BIN/kube-apiserver" \
+	--etcd-servers=http://127.0.0.1:2379 \
+	--advertise-address="$NODE_IP" --bind-address="$NODE_IP" --secure-port=6443 \
+	--service-cluster-ip-range="$SERVICE_CIDR" \
+	--allow-privileged=true \
+	--client-ca-file="$PKI/ca.crt" \
+	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+	--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types=InternalIP \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+	--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction
+await kube-apiserver 60 "kube-apiserver ready" kubectl_admin get --raw /readyz
+
+start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
+	--kubeconfig="$CONF/controller-manager.kubeconfig" \
+	--authentication-kubeconfig="$CONF/controller-manager.kubeconfig" \
+	--authorization-kubeconfig="$CONF/controller-manager.kubeconfig" \
+	--bind-address=127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+	--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+start_daemon kube-scheduler "$BIN/kube-scheduler" \
+	--kubeconfig="$CONF/scheduler.kubeconfig" \
+	--authentication-kubeconfig="$CONF/scheduler.kubeconfig" \
+	--authorization-kubeconfig="$CONF/scheduler.kubeconfig" \
+	--bind-address=127.0.0.1 --leader-elect=false
+start_daemon containerd "$(command -v containerd)" --config "$CONF/containerd.toml"
+await containerd 30 "containerd ready" ctr --address "$CONTAINERD_SOCK" version
+
+"$CLUSTER_DIR/load-images.sh"
+
+# kube-proxy first: a pod's first request to the kubernetes Service must find its rules in place.
+start_daemon kube-proxy "$BIN/kube-proxy" --config="$CONF/kube-proxy.yaml"
+start_daemon kubelet "$BIN/kubelet" \
+	--config="$CONF/kubelet.yaml" --kubeconfig="$CONF/kubelet.kubeconfig" \
+	--node-ip="$NODE_IP" --hostname-override="$NODE_NAME"
+await kubelet 60 "node $NODE_NAME ready" node_ready
+
+# The kubelet sets kernel.panic=10 and kernel.panic_on_oops=1 when it starts (and checks them only
+# then): on a shared test machine an oops must not reboot it, so those go back at once.
+while read -r kind name value; do
+	case "$kind $name" in
+	"sysctl kernel.panic" | "sysctl kernel.panic_on_oops" | "sysctl vm.panic_on_oom")
+		sysctl -qw "$name=$value"
+		;;
+	esac
+done <"$HOST_STATE"
+
+# Pods can only be created once the default ServiceAccount exists, which comes after node Ready.
+await kube-controller-manager 60 "default ServiceAccount" kubectl_admin -n default get serviceaccount default
+
+log "cluster up in $((SECONDS - start)) s: export KUBECONFIG=$KUBECONFIG_ADMIN"
