@@ -40,44 +40,51 @@ log "stopping the cluster"
 running_tasks() { ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING" {print $1}'; }
 no_running_tasks() { [ -z "$(running_tasks)" ]; }
 
-# pods <all|not-daemonset>: "namespace name" of each pod, optionally leaving out DaemonSets' pods.
+# pods: "namespace name owner-kind" of each pod.
 pods() {
-	kubectl_admin get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name} {.metadata.ownerReferences[0].kind}{"\n"}{end}' 2>/dev/null |
-		awk -v which="$1" 'NF >= 2 && !(which == "not-daemonset" && $3 == "DaemonSet") {print $1, $2}'
+	kubectl_admin get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name} {.metadata.ownerReferences[0].kind}{"\n"}{end}' 2>/dev/null
 }
 
-# delete_pods <all|not-daemonset> <seconds>: deletes them (again, as controllers may recreate some)
-# until none is left; the kubelet removes a pod from the API only once its volumes are unmounted.
+# delete_pods <seconds>: deletes the pods listed on stdin ("namespace name ...") with a short grace
+# period (one kubectl per namespace) and waits until they are gone; the kubelet removes a pod from
+# the API only once its containers are stopped and its volumes unmounted.
 delete_pods() {
-	local which=$1 deadline=$((SECONDS + $2)) list ns name
-	while list=$(pods "$which") && [ -n "$list" ]; do
+	local limit=$1 deadline=$(($1 + SECONDS)) listed left ns
+	listed=$(awk 'NF >= 2 {print $1, $2}')
+	[ -n "$listed" ] || return 0
+	while read -r ns; do
+		# shellcheck disable=SC2046 # one name per word
+		kubectl_admin -n "$ns" delete pod $(awk -v ns="$ns" '$1 == ns {print $2}' <<<"$listed") \
+			--grace-period=2 --wait=false >/dev/null 2>&1
+	done < <(cut -d' ' -f1 <<<"$listed" | sort -u)
+	while left=$(pods | awk '{print $1, $2}' | grep -x -F -f <(echo "$listed")) && [ -n "$left" ]; do
 		[ $SECONDS -lt $deadline ] || {
-			log "pods still there after $2 s: $(echo "$list" | tr '\n' ' ')"
+			log "pods still there after $limit s: $(echo "$left" | tr '\n' ' ')"
 			return 1
 		}
-		while read -r ns name; do
-			kubectl_admin -n "$ns" delete pod "$name" --grace-period=2 --wait=false >/dev/null 2>&1
-		done <<<"$list"
-		sleep 1
+		sleep 0.5
 	done
 }
 
-# The CSI node plugin runs as a DaemonSet: the pods using its volumes go first, while it can still
-# unmount them; then the DaemonSets and whatever is left.
+# The pods go with a short grace period: a deletion the garbage collector started would use the
+# pod's own (30 s by default), which the kubelet does not shorten later. So the controllers are
+# deleted without their pods, and then the pods, those using the CSI node plugin's volumes before
+# the plugin (a DaemonSet pod) that unmounts them.
 delete_workloads() {
 	pid_alive kubelet >/dev/null && pid_alive kube-apiserver >/dev/null && [ -f "$KUBECONFIG_ADMIN" ] || return 0
-	kubectl_admin delete deployments,statefulsets,replicasets,jobs,cronjobs,replicationcontrollers \
-		--all -A --wait=false >/dev/null 2>&1
-	delete_pods not-daemonset 90
-	kubectl_admin delete daemonsets --all -A --wait=false >/dev/null 2>&1
-	delete_pods all 60
+	local before
+	before=$(pods)
+	kubectl_admin delete deployments,statefulsets,replicasets,jobs,cronjobs,replicationcontrollers,daemonsets \
+		--all -A --cascade=orphan --wait=false >/dev/null 2>&1
+	awk '$3 != "DaemonSet"' <<<"$before" | delete_pods 90
+	pods | delete_pods 60
 	wait_for 30 "the kubelet to stop the containers" no_running_tasks
 	log "pods deleted ($((SECONDS - start)) s)"
 }
 
 # stop <names...>: SIGTERM to each recorded daemon still running, then wait for all; SIGKILL after 20 s.
 stop() {
-	local name pid pids=() deadline=$((SECONDS + 20))
+	local name pid pids=() began=$SECONDS deadline=$((SECONDS + 20))
 	for name in "$@"; do
 		pid=$(pid_alive "$name") || continue
 		kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
@@ -90,6 +97,7 @@ stop() {
 		fi
 	done
 	for name in "$@"; do rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"; done
+	[ ${#pids[@]} -eq 0 ] || log "stopped $* in $((SECONDS - began)) s"
 }
 
 kill_leftover_tasks() {
@@ -110,14 +118,15 @@ kill_stragglers() {
 		kill -KILL "$pid" 2>/dev/null
 	done < <(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
 		/sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
-	local shim proc
+	local shim exe args
 	shim=$(command -v containerd-shim-runc-v2) || return 0
-	for proc in /proc/[0-9]*; do
-		[ "$(readlink "$proc/exe" 2>/dev/null)" = "$shim" ] || continue
-		tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -q -- '-namespace k8s.io' || continue
-		log "killing leftover shim ${proc#/proc/}"
-		kill -KILL "${proc#/proc/}" 2>/dev/null
-	done
+	while read -r pid exe; do
+		[ "$exe" = "$shim" ] || continue
+		args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
+		[[ $args == *"-namespace k8s.io "* && $args == *"-address $CONTAINERD_SOCK "* ]] || continue
+		log "killing leftover shim $pid"
+		kill -KILL "$pid" 2>/dev/null
+	done < <(process_binaries)
 }
 
 host_state() { [ -f "$HOST_STATE" ] && awk -v k="$1" '$1 == k {print $2, $3}' "$HOST_STATE"; }
@@ -233,7 +242,9 @@ stop kube-proxy kubelet kube-scheduler kube-controller-manager
 kill_leftover_tasks
 stop containerd
 kill_stragglers
-stop kube-apiserver etcd
+# The API server waits for etcd while it shuts down: etcd only after it.
+stop kube-apiserver
+stop etcd
 log "stopped ($((SECONDS - start)) s)"
 remove_iptables
 unmount_all
