@@ -11,6 +11,7 @@ require_root
 start=$SECONDS
 quiet=false
 [ "${1:-}" = --quiet ] && quiet=true
+lock_cluster
 
 # Mount points under the trees the cluster mounts into, deepest first.
 MOUNT_PATTERN='^(/var/lib/kubelet|/run/containerd|/run/netns/cni-)'

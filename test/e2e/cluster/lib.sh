@@ -107,3 +107,27 @@ cluster_processes() {
 		echo "$pid ${exe##*/}"
 	done < <(process_binaries)
 }
+
+# lock_cluster: one up.sh or down.sh at a time (several people may share the machine); a script
+# run by one that holds the lock (up.sh runs down.sh) inherits it.
+lock_cluster() {
+	[ -n "${CSI_FAT_E2E_LOCK_HELD:-}" ] && return 0
+	mkdir -p "$RUN"
+	exec 9>"$RUN/lock"
+	if ! flock -n 9; then
+		log "waiting for another up.sh or down.sh to finish"
+		flock -w 600 9 || die "still locked after 600 s: $RUN/lock"
+	fi
+	export CSI_FAT_E2E_LOCK_HELD=1
+}
+
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kube-proxy kubelet)
+
+# cluster_running: every part runs and the node is Ready.
+cluster_running() {
+	local name
+	for name in "${DAEMONS[@]}"; do
+		pid_alive "$name" >/dev/null || return 1
+	done
+	[ "$(kubectl_admin get node "$(node_name)" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}

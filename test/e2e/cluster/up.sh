@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a single-node Kubernetes cluster on this machine from what build.sh put in the cache, and
-# waits until pods can be created. A cluster left (half) up is stopped first with down.sh.
+# waits until pods can be created. A cluster left half up is stopped first with down.sh; one that
+# runs whole is left as it is (its images are imported again).
 # Everything the host had before is recorded in /var/lib/csi-fat-e2e/host-state for down.sh.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -15,6 +16,13 @@ for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
 	command -v "$b" >/dev/null || die "$b is missing: run test/e2e/cluster/build.sh"
 done
 
+lock_cluster
+# A running cluster may be in use: leave it be (down.sh first to start afresh); a half-up one goes.
+if cluster_running; then
+	"$CLUSTER_DIR/load-images.sh"
+	log "the cluster is already up (down.sh first to start afresh): export KUBECONFIG=$KUBECONFIG_ADMIN"
+	exit 0
+fi
 "$CLUSTER_DIR/down.sh" --quiet
 
 iface=$(outward_interface)
@@ -54,13 +62,14 @@ install_safety_rules() {
 
 # start_daemon <name> <binary> <args...>: runs it in its own session with its log under logs/; the
 # process writes its own pid before it becomes the binary, so the pid is right even if setsid forks.
+# It does not keep the lock's descriptor (9), or the lock would outlive up.sh.
 start_daemon() {
 	local name=$1 binary=$2
 	shift 2
 	echo "$binary" >"$PIDS/$name.exe"
 	rm -f "$PIDS/$name.pid"
 	# shellcheck disable=SC2016 # expanded by the inner sh
-	setsid sh -c 'echo $$ >"$0"; exec "$@"' "$PIDS/$name.pid" "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+	setsid sh -c 'echo $$ >"$0"; exec "$@"' "$PIDS/$name.pid" "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
 	wait_for 5 "$name to start" test -s "$PIDS/$name.pid" || die "$name did not start"
 }
 
