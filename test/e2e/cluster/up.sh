@@ -62,14 +62,20 @@ install_safety_rules() {
 
 # start_daemon <name> <binary> <args...>: runs it in its own session with its log under logs/; the
 # process writes its own pid before it becomes the binary, so the pid is right even if setsid forks.
-# It does not keep the lock's descriptor (9), or the lock would outlive up.sh.
+# It keeps no other descriptor of ours: not the lock's (9), which would outlive up.sh, nor a pipe
+# of whatever ran up.sh, which would then wait for the daemon.
 start_daemon() {
 	local name=$1 binary=$2
 	shift 2
 	echo "$binary" >"$PIDS/$name.exe"
 	rm -f "$PIDS/$name.pid"
-	# shellcheck disable=SC2016 # expanded by the inner sh
-	setsid sh -c 'echo $$ >"$0"; exec "$@"' "$PIDS/$name.pid" "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
+	# shellcheck disable=SC2016 # expanded by the inner bash
+	setsid bash -c 'echo $$ >"$0"
+		for fd in /proc/$$/fd/*; do
+			fd=${fd##*/}
+			[ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+		done
+		exec "$@"' "$PIDS/$name.pid" "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
 	wait_for 5 "$name to start" test -s "$PIDS/$name.pid" || die "$name did not start"
 }
 
