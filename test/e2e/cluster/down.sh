@@ -77,10 +77,16 @@ delete_workloads() {
 	before=$(pods)
 	kubectl_admin delete deployments,statefulsets,replicasets,jobs,cronjobs,replicationcontrollers,daemonsets \
 		--all -A --cascade=orphan --wait=false >/dev/null 2>&1
-	awk '$3 != "DaemonSet"' <<<"$before" | delete_pods 90
-	pods | delete_pods 60
-	wait_for 30 "the kubelet to stop the containers" no_running_tasks
+	awk '$3 != "DaemonSet"' <<<"$before" | delete_pods 60
+	pods | delete_pods 30
+	wait_for 20 "the kubelet to stop the containers" no_running_tasks
 	log "pods deleted ($((SECONDS - start)) s)"
+}
+
+# alive <pid>: the process exists and is not a zombie waiting for init to reap it.
+alive() {
+	local state
+	state=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $state != Z* ]]
 }
 
 # stop <names...>: SIGTERM to each recorded daemon still running, then wait for all; SIGKILL after 20 s.
@@ -91,8 +97,8 @@ stop() {
 		kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
 	done
 	for pid in "${pids[@]}"; do
-		while [ -d "/proc/$pid" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-		if [ -d "/proc/$pid" ]; then
+		while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+		if alive "$pid"; then
 			log "pid $pid did not stop on SIGTERM: SIGKILL"
 			kill -KILL "$pid" 2>/dev/null
 		fi
