@@ -1,6 +1,7 @@
 package fatvol_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"slices"
@@ -180,9 +181,30 @@ func (d *crashDevice) bytes() []byte {
 	return img
 }
 
-// writeFile writes the image to path, for fsck.fat.
+// writeFile writes the image to path, for fsck.fat: a sparse file, only chunks that are not all
+// zeros written (most of an image is).
 func (d *crashDevice) writeFile(path string) error {
-	return os.WriteFile(path, d.bytes(), 0o644)
+	img := d.bytes()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(len(img))); err != nil {
+		return err
+	}
+	const chunk = 64 << 10
+	zero := make([]byte, chunk)
+	for off := 0; off < len(img); off += chunk {
+		c := img[off:min(off+chunk, len(img))]
+		if bytes.Equal(c, zero[:len(c)]) {
+			continue
+		}
+		if _, err := f.WriteAt(c, int64(off)); err != nil {
+			return err
+		}
+	}
+	return f.Close()
 }
 
 // withFATCopy returns the image as a checker would see it if FAT copy n were the first: every

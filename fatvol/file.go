@@ -267,10 +267,7 @@ func (v *Volume) flushNode(n *node) error {
 		}
 	}
 	// FSINFO is a hint and waits for the next full writeback: one request less per close.
-	if err := v.writebackFAT(); err != nil {
-		return err
-	}
-	return v.writebackDirs()
+	return v.writebackMeta(false, false)
 }
 
 // flushNodeLater is flushNode for a close that does not wait.

@@ -114,12 +114,22 @@ func (n *node) grow(count uint32) ([]extent, error) {
 	goal := uint32(0)
 	if last != 0 {
 		goal = last + 1
+		// A cut at last still waits for the entry's smaller size: a new link there could reach
+		// the disk neither before the entry (the cut must wait for it) nor after (the larger
+		// size must wait for the link). Settle the cut first.
+		if n.vol.cutPending(last) {
+			if err := n.vol.durable(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	got, err := n.vol.fat.allocate(count, goal)
+	got, err := n.vol.allocate(count, goal)
 	if err != nil {
 		return nil, err
 	}
 	if last != 0 {
+		// The link waits on disk until the new clusters' own entries are durable.
+		n.vol.holdLink(last)
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
@@ -155,13 +165,16 @@ func (n *node) shrink(keep uint32) error {
 			freed = append(freed, e)
 		}
 	}
-	n.vol.release(freed)
 	n.ext = kept
 	if len(kept) == 0 {
 		n.ent.SetCluster(0)
-	} else {
-		n.vol.fat.set(n.lastCluster(), entEOC)
+		n.vol.release(freed)
+		return nil
 	}
+	// The entry's new size goes out first, then the cut, then the tail is freed: at no point
+	// does the disk hold a size past the chain, or a chain running into free clusters.
+	n.vol.discard(freed)
+	n.vol.cut(n.lastCluster(), freed)
 	return nil
 }
 

@@ -160,7 +160,7 @@ func (v *Volume) mkdir(name string) error {
 	if _, ok := d.lookup(base); ok {
 		return syscall.EEXIST
 	}
-	got, err := v.fat.allocate(1, 0)
+	got, err := v.allocate(1, 0)
 	if err != nil {
 		return err
 	}
@@ -168,13 +168,14 @@ func (v *Volume) mkdir(name string) error {
 	e.SetCluster(got[0].start)
 	off, err := d.insert(base, e, -1)
 	if err != nil {
-		v.release(got)
+		// Nothing ever pointed at the cluster: it is free at once.
+		v.fat.freeChain(got)
 		return err
 	}
 	d.n.touch(false)
 	c := d.child(off)
 	c.ext, c.chainOK = got, true
-	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
+	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize), fresh: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
 	dot, dotdot := e, e
 	dot.Name, dotdot.Name = ondisk.Dot, ondisk.DotDot
 	dot.Attr, dotdot.Attr = ondisk.AttrDirectory, ondisk.AttrDirectory
@@ -187,6 +188,7 @@ func (v *Volume) mkdir(name string) error {
 	cd.index()
 	c.dir = cd
 	cd.markDirty(0, len(cd.buf))
+	cd.markFresh(0, len(cd.buf))
 	return nil
 }
 
@@ -343,12 +345,20 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		e := src.ent
 		old := nd.entry(toff)
 		e.Name, e.NTCase = old.Name, old.NTCase
+		removed := od.span(ooff)
+		od.remove(ooff)
+		if !v.sameSector(od, removed, nd, entrySpan{toff, toff + ondisk.DirEntrySize}) {
+			if err := v.durable(); err != nil {
+				return err
+			}
+		}
 		nd.putEntry(toff, &e)
 		delete(nd.children, toff)
+		// The target's clusters are let go of only now: until its entry is rewritten, the disk
+		// still points at them.
 		if err := tgt.unlink(); err != nil {
 			return err
 		}
-		od.remove(ooff)
 		src.moveTo(nd, toff)
 	} else {
 		off, err := nd.insert(clean, src.ent, replacing)
@@ -356,7 +366,13 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 			return err
 		}
 		// insert may have grown nd; od's offsets are unaffected even when nd == od.
+		removed, added := od.span(ooff), nd.span(off)
 		od.remove(ooff)
+		if !v.sameSector(od, removed, nd, added) {
+			if err := v.removeFirst(nd, added); err != nil {
+				return err
+			}
+		}
 		src.moveTo(nd, off)
 	}
 	if od != nd {
@@ -369,6 +385,44 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		nd.n.touch(false)
 	}
 	return nil
+}
+
+// A rename writes two entries: the source's removal and the target's entry. When one sector
+// holds both, one write does both. Otherwise the removal is made durable first: a cut between the
+// two then leaves the file under neither name, its clusters lost, but never two entries sharing
+// clusters, which would turn into lost data once either of them is removed.
+
+// entrySpan is the range of a directory's content an entry takes, long-name entries included.
+type entrySpan struct{ start, end int }
+
+// span is the range of the entry at off, whose short entry is at off.
+func (d *dirContent) span(off int) entrySpan {
+	return entrySpan{d.slots[off].lfnOff, off + ondisk.DirEntrySize}
+}
+
+// sameSector tells whether a's span of da and b's span of db lie in one device sector.
+func (v *Volume) sameSector(da *dirContent, a entrySpan, db *dirContent, b entrySpan) bool {
+	ss := int64(v.geo.SectorSize)
+	sector := da.devOffset(a.start) / ss
+	for _, x := range []int64{da.devOffset(a.end - 1), db.devOffset(b.start), db.devOffset(b.end - 1)} {
+		if x/ss != sector {
+			return false
+		}
+	}
+	return true
+}
+
+// removeFirst makes durable everything but the entry just added in span of d, which the disk
+// sees as deleted entries meanwhile; then the entry is put back, to be written after.
+func (v *Volume) removeFirst(d *dirContent, span entrySpan) error {
+	added := append([]byte(nil), d.buf[span.start:span.end]...)
+	for o := span.start; o < span.end; o += ondisk.DirEntrySize {
+		ondisk.MarkDeleted(d.buf[o:])
+	}
+	err := v.durable()
+	copy(d.buf[span.start:span.end], added)
+	d.markDirty(span.start, span.end-span.start)
+	return err
 }
 
 // fixDotDot points a moved directory's '..' at its new parent (cluster 0 for the root, FAT32 too).
