@@ -342,7 +342,11 @@ func (d *dirContent) findFree(count int) (int, error) {
 		}
 		if d.end < next && d.end < len(d.buf) {
 			d.markDirty(d.end, min(next, len(d.buf))-d.end)
-			d.holeHint = min(d.holeHint, d.end)
+			// Searches need not look at these few slots again: names that fit them go on in
+			// the tail anyway. (Were they holes to look at, every create would scan them.)
+			if d.holeHint >= d.end {
+				d.holeHint = min(next, len(d.buf))
+			}
 			d.end = min(next, len(d.buf))
 		}
 		start = next

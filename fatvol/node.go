@@ -18,6 +18,10 @@ type node struct {
 	name     string
 	ext      []extent // cluster chain; valid when chainOK
 	chainOK  bool
+	// lastFrom is 1 + the FAT phase that writes the chain's last cluster when this volume
+	// allocated it, 0 when that is not known: while that phase is not durable, nothing on disk
+	// reaches that cluster, and linking more clusters to it needs no hold.
+	lastFrom uint64
 	refs     int  // open handles
 	unlinked bool // its entry is gone; clusters are freed at the last close
 	dir      *dirContent
@@ -128,12 +132,16 @@ func (n *node) grow(count uint32) ([]extent, error) {
 		return nil, err
 	}
 	if last != 0 {
-		// The link waits on disk until the new clusters' own entries are durable.
-		n.vol.holdLink(last)
+		// The link waits on disk until the new clusters' own entries are durable, unless the
+		// disk cannot reach last yet either.
+		if n.lastFrom == 0 || n.lastFrom-1 <= n.vol.order.durableFAT {
+			n.vol.holdLink(last)
+		}
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
 	}
+	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {
 		if k := len(n.ext); k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {
 			n.ext[k-1].count += e.count
@@ -166,6 +174,7 @@ func (n *node) shrink(keep uint32) error {
 		}
 	}
 	n.ext = kept
+	n.lastFrom = 0
 	if len(kept) == 0 {
 		n.ent.SetCluster(0)
 		n.vol.release(freed)

@@ -96,9 +96,20 @@ func (v *Volume) holdsWaitOnFAT() bool {
 	return false
 }
 
-// pending tells whether anything still waits to reach the disk in order.
-func (v *Volume) pending() bool {
-	return len(v.order.holds) > 0 || len(v.order.quarantine) > 0
+// releasesAtFlush tells whether a flush now would let a hold or quarantined clusters go.
+func (v *Volume) releasesAtFlush() bool {
+	o := &v.order
+	for _, h := range o.holds {
+		if o.fatPhases >= h.needFAT && o.dirPhases >= h.needDirs {
+			return true
+		}
+	}
+	for _, q := range o.quarantine {
+		if o.fatPhases >= q.needFAT && o.dirPhases >= q.needDirs {
+			return true
+		}
+	}
+	return false
 }
 
 // flushed records that every phase so far is durable, and lets go what waited for it: held

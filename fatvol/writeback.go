@@ -118,12 +118,19 @@ func (v *Volume) writebackMeta(sync, fsinfo bool) error {
 	if err := v.writebackDirs(); err != nil {
 		return err
 	}
-	if fsinfo {
-		if err := v.writeFSInfo(); err != nil {
-			return err
+	if !sync {
+		if fsinfo {
+			return v.writeFSInfo()
 		}
+		return nil
 	}
-	for sync && v.unflushed {
+	for v.unflushed {
+		// FSINFO goes with the last flush, once no flush lets more clusters go.
+		if fsinfo && !v.releasesAtFlush() {
+			if err := v.writeFSInfo(); err != nil {
+				return err
+			}
+		}
 		if err := v.flushDevice(); err != nil {
 			return err
 		}
