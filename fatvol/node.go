@@ -10,21 +10,21 @@ import (
 // chain as extents, and for directories their content. A node stays loaded while it is open, and
 // directories stay loaded once read, so that every path to the same entry meets the same node.
 type node struct {
-	vol     *Volume
-	parent  *node // nil for the root
-	off     int   // offset of the short entry in the parent's content; -1 for the root
-	lfnOff  int   // offset of its first long-name entry (== off when it has none)
-	ent     ondisk.DirEntry
-	name    string
-	ext     []extent // cluster chain; valid when chainOK
-	chainOK bool
+	vol      *Volume
+	parent   *node // nil for the root
+	off      int   // offset of the short entry in the parent's content; -1 for the root
+	lfnOff   int   // offset of its first long-name entry (== off when it has none)
+	ent      ondisk.DirEntry
+	name     string
+	ext      []extent // cluster chain; valid when chainOK
+	chainOK  bool
+	refs     int  // open handles
+	unlinked bool // its entry is gone; clusters are freed at the last close
+	dir      *dirContent
 	// lastFrom is 1 + the FAT phase that writes the chain's last cluster when this volume
 	// allocated it, 0 when that is not known: while that phase is not durable, nothing on disk
 	// reaches that cluster, and linking more clusters to it needs no hold.
 	lastFrom uint64
-	refs     int  // open handles
-	unlinked bool // its entry is gone; clusters are freed at the last close
-	dir      *dirContent
 }
 
 func (v *Volume) newRootNode() *node {
