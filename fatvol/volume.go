@@ -48,7 +48,8 @@ type Options struct {
 	// wait=0); unmount and fsync still wait for everything.
 	FlushNoWait bool
 	// EntryPerWrite writes a file's directory entry after every write that changes it, instead of
-	// leaving it to writeback. Only for comparison.
+	// leaving it to writeback, and without the write order's flushes, as the kernel's stock driver.
+	// Only for comparison.
 	EntryPerWrite bool
 }
 
