@@ -135,6 +135,8 @@ var crashWorkloads = []crashWorkload{
 		r.create("target.txt", r.data(3000))
 		r.mkdir("sub")
 		r.create("sub/x", r.data(2000))
+		r.mkdir("sub/inner")
+		r.create("sub/inner/f", r.data(700))
 	}, run: func(r *crashRun) {
 		r.create("new.tmp", r.data(2500))
 		r.fsync("new.tmp")
@@ -143,8 +145,11 @@ var crashWorkloads = []crashWorkload{
 		r.rename(longName(0), longName(11)) // over a target in another sector
 		r.rename("sub/x", "moved")          // to another directory
 		r.fsync("moved")
+		r.rename("sub/inner", "inner") // a directory to another parent
 		r.rename("sub", "sub2")
 		r.rename(longName(3), "short")
+		r.exchange(longName(5), "target.txt")
+		r.fsync("target.txt")
 		r.unmount()
 	}},
 	{name: "truncate", setup: func(r *crashRun) {

@@ -204,6 +204,14 @@ func (r *crashRun) rename(from, to string) {
 	r.done(paths...)
 }
 
+// exchange swaps two files' contents, each keeping its name (RENAME_EXCHANGE).
+func (r *crashRun) exchange(a, b string) {
+	r.touch(a, b)
+	r.check("exchange "+a+" "+b, r.v.RenameWithFlags(a, b, fatvol.RenameExchange))
+	r.model[a], r.model[b] = r.model[b], r.model[a]
+	r.done(a, b)
+}
+
 func (r *crashRun) remove(p string) {
 	r.touch(p)
 	r.check("remove "+p, r.v.Remove(p))
