@@ -251,9 +251,9 @@ func (f *File) ReadDir(count int) ([]fs.DirEntry, error) {
 	return out, nil
 }
 
-// flushNode writes back a file's dirty data and its chain: the close-time writeback of vfat's
-// flush option, so a large copy leaves in a few large requests as soon as it is closed instead of
-// waiting for the background writer.
+// flushNode writes back a file's dirty data and the metadata that goes with it: the close-time
+// writeback of vfat's flush option, so a large copy leaves in a few large requests as soon as it
+// is closed instead of waiting for the background writer.
 func (v *Volume) flushNode(n *node) error {
 	if n.unlinked {
 		return nil
@@ -266,12 +266,9 @@ func (v *Volume) flushNode(n *node) error {
 			return fmt.Errorf("%s: %w", n.path(), err)
 		}
 	}
-	// The chain goes with the data. The entry waits for the next writeback, which orders it after
-	// a flush: a flush per close would cost more than the entry's write saves at unmount.
-	if err := v.writebackFreshDirs(); err != nil {
-		return err
-	}
-	return v.writebackFAT()
+	// The entry goes too, so the file is on the disk once closed; the order puts a flush before
+	// it. FSINFO is a hint and waits for the next full writeback: one request less per close.
+	return v.writebackMeta(false, false)
 }
 
 // flushNodeLater is flushNode for a close that does not wait.
