@@ -348,6 +348,10 @@ func runCrashWorkload(t *testing.T, spec volumeSpec, opts fatvol.Options, w cras
 	r.pins, r.active = nil, map[string]int{}
 	r.pinAll()
 	w.run(r)
+	// With no cut at all, the unmounted volume is clean: no dirty bit, no lost cluster, nothing.
+	if err := judge.Check(img); err != nil {
+		t.Errorf("after the unmount: %v", err)
+	}
 	log := newCrashLog(base, rec.Ops()[r.start:])
 
 	var points []crashPoint
