@@ -172,7 +172,12 @@ var crashWorkloads = []crashWorkload{
 		r.create(longName(1), r.data(2000))
 		r.mkdir("d")
 		r.create("d/inner", r.data(1000))
+		r.create("open1", r.data(3000))
+		r.create("open2", r.data(2000))
 	}, run: func(r *crashRun) {
+		h1, h2 := r.holdOpen("open1"), r.holdOpen("open2")
+		r.remove("open1") // removed while open: freed at the last close
+		r.remove("open2") // freed at the unmount
 		r.remove("f1")
 		r.create("f2", r.data(7000)) // may reuse f1's clusters
 		r.fsync("f2")
@@ -180,7 +185,10 @@ var crashWorkloads = []crashWorkload{
 		r.remove("d/inner")
 		r.create("d/again", r.data(1500))
 		r.syncfs()
+		r.check("close open1", h1.Close())
 		r.remove("f2")
+		r.syncfs()
+		_ = h2 // still open at the unmount
 		r.unmount()
 	}},
 	{name: "mkdir", run: func(r *crashRun) {

@@ -204,6 +204,14 @@ func (r *crashRun) rename(from, to string) {
 	r.done(paths...)
 }
 
+// holdOpen opens a file and keeps the handle, so that a removal makes it an orphan whose clusters
+// go at its last close, or at the unmount.
+func (r *crashRun) holdOpen(p string) *fatvol.File {
+	f, err := r.v.OpenFile(p, os.O_RDWR, 0)
+	r.check("open "+p, err)
+	return f
+}
+
 // exchange swaps two files' contents, each keeping its name (RENAME_EXCHANGE).
 func (r *crashRun) exchange(a, b string) {
 	r.touch(a, b)

@@ -62,3 +62,27 @@ func TestQuarantinedClustersServeAllocation(t *testing.T) {
 	}
 	judgeClean(t, img)
 }
+
+// A file removed while open, with nothing else to write, still has its clusters freed on disk by
+// the unmount: the flush that makes its removal count is issued even when nothing was written.
+func TestOrphanFreedAtCloseWithNothingElseDirty(t *testing.T) {
+	img := mkfsImage(t, "1M", "-F", "12", "-s", "1")
+	v, _ := openCounting(t, img, Options{})
+	f, err := v.Create("orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(pattern(5000, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Remove("orphan"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	judgeClean(t, img)
+}

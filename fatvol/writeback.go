@@ -124,12 +124,18 @@ func (v *Volume) writebackMeta(sync, fsinfo bool) error {
 		}
 		return nil
 	}
-	for v.unflushed {
+	for {
 		// FSINFO goes with the last flush, once no flush lets more clusters go.
-		if fsinfo && !v.releasesAtFlush() {
+		releases := v.releasesAtFlush()
+		if fsinfo && !releases {
 			if err := v.writeFSInfo(); err != nil {
 				return err
 			}
+		}
+		// A flush is due for what was written, and for what waits on phases that wrote
+		// nothing (an entry removed long ago, whose clusters go at the last close).
+		if !v.unflushed && !releases {
+			break
 		}
 		if err := v.flushDevice(); err != nil {
 			return err
