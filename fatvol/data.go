@@ -1,6 +1,7 @@
 package fatvol
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -205,13 +206,33 @@ func (n *node) freeClusters() error {
 	return nil
 }
 
-// release frees clusters and forgets any dirty data cached for them.
+// release lets go of clusters an entry no longer points at: their dirty data is forgotten now,
+// and they are freed once the entry's change is durable (order.go).
 func (v *Volume) release(ext []extent) {
+	v.discard(ext)
+	v.quarantine(ext)
+}
+
+// discard forgets the dirty data cached for clusters: it must never reach the disk, where they may
+// by then belong to something else.
+func (v *Volume) discard(ext []extent) {
 	cs := int64(v.geo.ClusterSize)
 	for _, e := range ext {
 		v.cache.discard(v.geo.ClusterOffset(e.start), int64(e.count)*cs)
 	}
-	v.fat.freeChain(ext)
+}
+
+// allocate takes n free clusters (see table.allocate). When only quarantined clusters are left,
+// it makes their entries' changes durable, which frees them, and tries again.
+func (v *Volume) allocate(n, goal uint32) ([]extent, error) {
+	got, err := v.fat.allocate(n, goal)
+	if errors.Is(err, errNoSpace) && v.order.quarantinedClusters > 0 {
+		if err := v.durable(); err != nil {
+			return nil, err
+		}
+		got, err = v.fat.allocate(n, goal)
+	}
+	return got, err
 }
 
 // trimPrealloc frees clusters that fallocate kept past the end of the file, once nothing has it

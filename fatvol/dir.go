@@ -18,6 +18,7 @@ type dirContent struct {
 	n        *node
 	buf      []byte
 	dirty    []bool         // per sector of buf
+	fresh    []bool         // per sector: in a cluster no entry or chain on disk points at yet
 	names    map[string]int // folded long (or shown short) name -> short entry offset
 	shorts   map[ondisk.ShortName]int
 	slots    map[int]slot  // short entry offset -> where its name starts, and the name
@@ -76,7 +77,7 @@ func (n *node) loadDir() (*dirContent, error) {
 			at += r.length
 		}
 	}
-	d := &dirContent{n: n, buf: buf, dirty: make([]bool, len(buf)/v.geo.SectorSize)}
+	d := &dirContent{n: n, buf: buf, dirty: make([]bool, len(buf)/v.geo.SectorSize), fresh: make([]bool, len(buf)/v.geo.SectorSize)}
 	d.index()
 	n.dir = d
 	return d, nil
@@ -194,6 +195,18 @@ func (d *dirContent) markDirty(off, length int) {
 	d.n.vol.dirtyDirs[d] = struct{}{}
 }
 
+// markFresh records that [off, off+length) lies in clusters just allocated: written before any
+// chain or entry that points at them.
+func (d *dirContent) markFresh(off, length int) {
+	ss := d.n.vol.geo.SectorSize
+	for len(d.fresh) < len(d.dirty) {
+		d.fresh = append(d.fresh, false)
+	}
+	for s := off / ss; s <= (off+length-1)/ss; s++ {
+		d.fresh[s] = true
+	}
+}
+
 // child returns the loaded node for the entry at off, loading it if needed.
 func (d *dirContent) child(off int) *node {
 	if c, ok := d.children[off]; ok {
@@ -284,11 +297,18 @@ func (d *dirContent) remove(off int) {
 }
 
 // findFree returns the offset of count consecutive free entries, reusing deleted entries first,
-// then the free tail, then growing the directory by whole clusters.
+// then the free tail, then growing the directory by whole clusters. Entries that fit in one
+// sector are kept in one sector, so that one write puts or takes a name with all its long-name
+// entries: split over two sectors, a cut between their writes leaves orphaned long-name entries.
 func (d *dirContent) findFree(count int) (int, error) {
 	need := count * ondisk.DirEntrySize
+	ss := d.n.vol.geo.SectorSize
+	oneSector := need <= ss
 	run, runStart, firstHole := 0, 0, -1
 	for o := d.holeHint; o < d.end; o += ondisk.DirEntrySize {
+		if oneSector && o%ss == 0 {
+			run = 0
+		}
 		if !ondisk.IsDeleted(d.buf[o:]) {
 			run = 0
 			continue
@@ -313,6 +333,23 @@ func (d *dirContent) findFree(count int) (int, error) {
 	start := d.end
 	if run > 0 && runStart+run == d.end {
 		start = runStart
+	}
+	if next := (start/ss + 1) * ss; oneSector && start+need > next {
+		// The rest of this sector becomes deleted entries, not end markers, so the entry in the
+		// next sector is not hidden behind an end marker.
+		for o := d.end; o < next && o < len(d.buf); o += ondisk.DirEntrySize {
+			ondisk.MarkDeleted(d.buf[o:])
+		}
+		if d.end < next && d.end < len(d.buf) {
+			d.markDirty(d.end, min(next, len(d.buf))-d.end)
+			// Searches need not look at these few slots again: names that fit them go on in
+			// the tail anyway. (Were they holes to look at, every create would scan them.)
+			if d.holeHint >= d.end {
+				d.holeHint = min(next, len(d.buf))
+			}
+			d.end = min(next, len(d.buf))
+		}
+		start = next
 	}
 	if start+need <= len(d.buf) {
 		return start, nil
@@ -341,8 +378,10 @@ func (d *dirContent) grow(extra int) error {
 	old := len(d.buf)
 	d.buf = append(d.buf, make([]byte, clusters*cs)...)
 	d.dirty = append(d.dirty, make([]bool, clusters*cs/v.geo.SectorSize)...)
-	// New clusters are written whole, zeroed: stale data there must not read as entries.
+	// New clusters are written whole, zeroed, before the link to them: stale data there must not
+	// read as entries.
 	d.markDirty(old, clusters*cs)
+	d.markFresh(old, clusters*cs)
 	return nil
 }
 
@@ -362,18 +401,21 @@ func (d *dirContent) devOffset(off int) int64 {
 	return r[0].off
 }
 
-// dirtyRanges returns the dirty sectors as device ranges with their bytes, merged where adjacent,
-// and clears the dirty marks.
-func (d *dirContent) dirtyRanges() []devRange {
+// dirtyRanges returns the dirty sectors (with fresh, only those of fresh clusters) as device
+// ranges with their bytes, merged where adjacent, and clears their dirty and fresh marks.
+func (d *dirContent) dirtyRanges(fresh bool) []devRange {
 	v := d.n.vol
 	ss := v.geo.SectorSize
 	var out []devRange
 	last := -2 // buffer sector of the end of the last range
 	for s, dirty := range d.dirty {
-		if !dirty {
+		if !dirty || (fresh && (s >= len(d.fresh) || !d.fresh[s])) {
 			continue
 		}
 		d.dirty[s] = false
+		if s < len(d.fresh) {
+			d.fresh[s] = false
+		}
 		dev := d.devOffset(s * ss)
 		if k := len(out); k > 0 && last == s-1 && out[k-1].off+out[k-1].length == dev {
 			out[k-1].length += int64(ss)

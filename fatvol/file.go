@@ -271,11 +271,9 @@ func (v *Volume) flushNode(n *node) error {
 			return fmt.Errorf("%s: %w", n.path(), err)
 		}
 	}
-	// FSINFO is a hint and waits for the next full writeback: one request less per close.
-	if err := v.writebackFAT(); err != nil {
-		return err
-	}
-	return v.writebackDirs()
+	// The entry goes too, so the file is on the disk once closed; the order puts a flush before
+	// it. FSINFO is a hint and waits for the next full writeback: one request less per close.
+	return v.writebackMeta(false, false)
 }
 
 // flushNodeLater is flushNode for a close that does not wait.

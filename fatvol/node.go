@@ -21,6 +21,10 @@ type node struct {
 	refs     int  // open handles
 	unlinked bool // its entry is gone; clusters are freed at the last close
 	dir      *dirContent
+	// lastFrom is 1 + the FAT phase that writes the chain's last cluster when this volume
+	// allocated it, 0 when that is not known: while that phase is not durable, nothing on disk
+	// reaches that cluster, and linking more clusters to it needs no hold.
+	lastFrom uint64
 }
 
 func (v *Volume) newRootNode() *node {
@@ -114,16 +118,30 @@ func (n *node) grow(count uint32) ([]extent, error) {
 	goal := uint32(0)
 	if last != 0 {
 		goal = last + 1
+		// A cut at last still waits for the entry's smaller size: a new link there could reach
+		// the disk neither before the entry (the cut must wait for it) nor after (the larger
+		// size must wait for the link). Settle the cut first.
+		if n.vol.cutPending(last) {
+			if err := n.vol.durable(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	got, err := n.vol.fat.allocate(count, goal)
+	got, err := n.vol.allocate(count, goal)
 	if err != nil {
 		return nil, err
 	}
 	if last != 0 {
+		// The link waits on disk until the new clusters' own entries are durable, unless the
+		// disk cannot reach last yet either.
+		if n.lastFrom == 0 || n.lastFrom-1 <= n.vol.order.durableFAT {
+			n.vol.holdLink(last)
+		}
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
 	}
+	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {
 		if k := len(n.ext); k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {
 			n.ext[k-1].count += e.count
@@ -155,13 +173,17 @@ func (n *node) shrink(keep uint32) error {
 			freed = append(freed, e)
 		}
 	}
-	n.vol.release(freed)
 	n.ext = kept
+	n.lastFrom = 0
 	if len(kept) == 0 {
 		n.ent.SetCluster(0)
-	} else {
-		n.vol.fat.set(n.lastCluster(), entEOC)
+		n.vol.release(freed)
+		return nil
 	}
+	// The entry's new size goes out first, then the cut, then the tail is freed: at no point
+	// does the disk hold a size past the chain, or a chain running into free clusters.
+	n.vol.discard(freed)
+	n.vol.cut(n.lastCluster(), freed)
 	return nil
 }
 

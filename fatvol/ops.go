@@ -160,7 +160,7 @@ func (v *Volume) mkdir(name string) error {
 	if _, ok := d.lookup(base); ok {
 		return syscall.EEXIST
 	}
-	got, err := v.fat.allocate(1, 0)
+	got, err := v.allocate(1, 0)
 	if err != nil {
 		return err
 	}
@@ -168,13 +168,14 @@ func (v *Volume) mkdir(name string) error {
 	e.SetCluster(got[0].start)
 	off, err := d.insert(base, e, -1)
 	if err != nil {
-		v.release(got)
+		// Nothing ever pointed at the cluster: it is free at once.
+		v.fat.freeChain(got)
 		return err
 	}
 	d.n.touch(false)
 	c := d.child(off)
 	c.ext, c.chainOK = got, true
-	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
+	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize), fresh: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
 	dot, dotdot := e, e
 	dot.Name, dotdot.Name = ondisk.Dot, ondisk.DotDot
 	dot.Attr, dotdot.Attr = ondisk.AttrDirectory, ondisk.AttrDirectory
@@ -187,6 +188,7 @@ func (v *Volume) mkdir(name string) error {
 	cd.index()
 	c.dir = cd
 	cd.markDirty(0, len(cd.buf))
+	cd.markFresh(0, len(cd.buf))
 	return nil
 }
 
@@ -343,12 +345,23 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		e := src.ent
 		old := nd.entry(toff)
 		e.Name, e.NTCase = old.Name, old.NTCase
+		removed := od.span(ooff)
+		od.remove(ooff)
+		if !v.sameSector(od, removed, nd, entrySpan{toff, toff + ondisk.DirEntrySize}) {
+			if err := v.durable(); err != nil {
+				return err
+			}
+			if err := v.dotDotFirst(src, od, nd); err != nil {
+				return err
+			}
+		}
 		nd.putEntry(toff, &e)
 		delete(nd.children, toff)
+		// The target's clusters are let go of only now: until its entry is rewritten, the disk
+		// still points at them.
 		if err := tgt.unlink(); err != nil {
 			return err
 		}
-		od.remove(ooff)
 		src.moveTo(nd, toff)
 	} else {
 		off, err := nd.insert(clean, src.ent, replacing)
@@ -356,7 +369,13 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 			return err
 		}
 		// insert may have grown nd; od's offsets are unaffected even when nd == od.
+		removed, added := od.span(ooff), nd.span(off)
 		od.remove(ooff)
+		if !v.sameSector(od, removed, nd, added) {
+			if err := v.removeFirst(nd, added, func() error { return v.dotDotFirst(src, od, nd) }); err != nil {
+				return err
+			}
+		}
 		src.moveTo(nd, off)
 	}
 	if od != nd {
@@ -371,8 +390,65 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 	return nil
 }
 
+// A rename writes two entries: the source's removal and the target's entry. When one sector
+// holds both, one write does both. Otherwise the removal is made durable first: a cut between the
+// two then leaves the file under neither name, its clusters lost, but never two entries sharing
+// clusters, which would turn into lost data once either of them is removed.
+
+// entrySpan is the range of a directory's content an entry takes, long-name entries included.
+type entrySpan struct{ start, end int }
+
+// span is the range of the entry at off, whose short entry is at off.
+func (d *dirContent) span(off int) entrySpan {
+	return entrySpan{d.slots[off].lfnOff, off + ondisk.DirEntrySize}
+}
+
+// sameSector tells whether a's span of da and b's span of db lie in one device sector.
+func (v *Volume) sameSector(da *dirContent, a entrySpan, db *dirContent, b entrySpan) bool {
+	ss := int64(v.geo.SectorSize)
+	sector := da.devOffset(a.start) / ss
+	for _, x := range []int64{da.devOffset(a.end - 1), db.devOffset(b.start), db.devOffset(b.end - 1)} {
+		if x/ss != sector {
+			return false
+		}
+	}
+	return true
+}
+
+// removeFirst makes durable everything but the entry just added in span of d, which the disk
+// sees as deleted entries meanwhile, then runs then; then the entry is put back, to be written
+// after.
+func (v *Volume) removeFirst(d *dirContent, span entrySpan, then func() error) error {
+	added := append([]byte(nil), d.buf[span.start:span.end]...)
+	for o := span.start; o < span.end; o += ondisk.DirEntrySize {
+		ondisk.MarkDeleted(d.buf[o:])
+	}
+	err := v.durable()
+	if err == nil {
+		err = then()
+	}
+	copy(d.buf[span.start:span.end], added)
+	d.markDirty(span.start, span.end-span.start)
+	return err
+}
+
+// dotDotFirst points a directory moving from od to nd at its new parent and makes that durable,
+// while no entry on disk points at the directory: '..' lives in a third sector, and an entry
+// durable before it would have a '..' pointing elsewhere.
+func (v *Volume) dotDotFirst(src *node, od, nd *dirContent) error {
+	if !src.isDir() || od == nd {
+		return nil
+	}
+	if err := src.pointDotDotAt(nd.n); err != nil {
+		return err
+	}
+	return v.durable()
+}
+
 // fixDotDot points a moved directory's '..' at its new parent (cluster 0 for the root, FAT32 too).
-func (n *node) fixDotDot() error {
+func (n *node) fixDotDot() error { return n.pointDotDotAt(n.parent) }
+
+func (n *node) pointDotDotAt(parent *node) error {
 	if !n.isDir() {
 		return nil
 	}
@@ -382,10 +458,14 @@ func (n *node) fixDotDot() error {
 	}
 	if d.dotOff >= 0 {
 		e := d.entry(d.dotOff)
-		e.SetCluster(0)
-		if !n.parent.isRoot() {
-			e.SetCluster(n.parent.firstCluster())
+		want := uint32(0)
+		if !parent.isRoot() {
+			want = parent.firstCluster()
 		}
+		if e.Cluster(n.vol.geo.Type) == want {
+			return nil
+		}
+		e.SetCluster(want)
 		d.putEntry(d.dotOff, &e)
 	}
 	return nil
@@ -424,6 +504,8 @@ func (v *Volume) exchange(aname, bname string) error {
 			return syscall.EINVAL
 		}
 	}
+	aspan, bspan := ad.span(aoff), bd.span(boff)
+	oldB := append([]byte(nil), bd.buf[bspan.start:bspan.end]...)
 	ae, be := a.ent, b.ent
 	ae.Name, ae.NTCase, be.Name, be.NTCase = be.Name, be.NTCase, ae.Name, ae.NTCase
 	a.ent, b.ent = ae, be
@@ -431,6 +513,11 @@ func (v *Volume) exchange(aname, bname string) error {
 	delete(bd.children, boff)
 	a.moveTo(bd, boff)
 	b.moveTo(ad, aoff)
+	if !v.sameSector(ad, aspan, bd, bspan) {
+		if err := v.exchangeInSteps(ad, aspan, bd, bspan, oldB); err != nil {
+			return err
+		}
+	}
 	if ad != bd {
 		if err := a.fixDotDot(); err != nil {
 			return err
@@ -444,6 +531,31 @@ func (v *Volume) exchange(aname, bname string) error {
 		bd.n.touch(false)
 	}
 	return nil
+}
+
+// exchangeInSteps writes an exchange whose two entries lie in two sectors so that no cut leaves
+// them sharing clusters: a's entry is first removed (durably, while b's stays as it was), then b's
+// new entry is made durable, then a's new entry is left to writeback. A cut in between loses a's
+// name for a while, its clusters lost, never both names on one chain. oldB is b's span as it was.
+func (v *Volume) exchangeInSteps(ad *dirContent, aspan entrySpan, bd *dirContent, bspan entrySpan, oldB []byte) error {
+	newA := append([]byte(nil), ad.buf[aspan.start:aspan.end]...)
+	newB := append([]byte(nil), bd.buf[bspan.start:bspan.end]...)
+	defer func() {
+		copy(ad.buf[aspan.start:aspan.end], newA)
+		copy(bd.buf[bspan.start:bspan.end], newB)
+		ad.markDirty(aspan.start, aspan.end-aspan.start)
+		bd.markDirty(bspan.start, bspan.end-bspan.start)
+	}()
+	for o := aspan.start; o < aspan.end; o += ondisk.DirEntrySize {
+		ondisk.MarkDeleted(ad.buf[o:])
+	}
+	copy(bd.buf[bspan.start:bspan.end], oldB)
+	if err := v.durable(); err != nil {
+		return err
+	}
+	copy(bd.buf[bspan.start:bspan.end], newB)
+	bd.markDirty(bspan.start, bspan.end-bspan.start)
+	return v.durable()
 }
 
 // moveTo re-homes a node after its entry moved to offset off of d.

@@ -28,8 +28,9 @@ func (v *Volume) StatFS() (Stats, error) {
 		Type:          v.geo.Type,
 		ClusterSize:   v.geo.ClusterSize,
 		TotalClusters: v.geo.Clusters,
-		FreeClusters:  v.fat.free,
-		UsedClusters:  v.geo.Clusters - v.fat.free,
+		// Quarantined clusters are free as far as anyone asking is concerned (order.go).
+		FreeClusters: v.fat.free + v.order.quarantinedClusters,
+		UsedClusters: v.geo.Clusters - v.fat.free - v.order.quarantinedClusters,
 	}, nil
 }
 

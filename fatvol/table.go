@@ -103,6 +103,12 @@ func (t *table) set(c, v uint32) {
 	} else if old != entFree && v == entFree {
 		t.free++
 	}
+	t.put(c, v)
+	t.markEntryDirty(c)
+}
+
+// put stores a normalised value in entry c's bytes and nothing else.
+func (t *table) put(c, v uint32) {
 	o := t.byteOffset(c)
 	switch t.typ {
 	case ondisk.FAT12:
@@ -114,16 +120,22 @@ func (t *table) set(c, v uint32) {
 			t.raw[o] = byte(v)
 			t.raw[o+1] = t.raw[o+1]&0xF0 | byte(v>>8)
 		}
-		t.markDirty(o, 2)
 	case ondisk.FAT16:
 		t.raw[o], t.raw[o+1] = byte(v), byte(v>>8)
-		t.markDirty(o, 2)
 	default:
 		// The top four bits are reserved and must be preserved.
 		v = v&0x0FFFFFFF | uint32(t.raw[o+3]&0xF0)<<24
 		t.raw[o], t.raw[o+1], t.raw[o+2], t.raw[o+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
-		t.markDirty(o, 4)
 	}
+}
+
+// markEntryDirty marks the sector(s) holding entry c dirty.
+func (t *table) markEntryDirty(c uint32) {
+	width := 2
+	if t.typ == ondisk.FAT32 {
+		width = 4
+	}
+	t.markDirty(t.byteOffset(c), width)
 }
 
 func (t *table) markDirty(off, n int) {
@@ -154,6 +166,16 @@ func (t *table) dirtyRuns() []sectorRun {
 }
 
 func (t *table) clearDirty() { clear(t.dirty) }
+
+// isDirty tells whether some FAT sector waits to be written.
+func (t *table) isDirty() bool {
+	for _, w := range t.dirty {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // sectorRun is a run of consecutive sectors.
 type sectorRun struct{ start, count int64 }

@@ -51,7 +51,8 @@ type Options struct {
 	// errors=continue mount option. By default the volume then takes no more writes (Err).
 	ContinueAfterDeviceError bool
 	// EntryPerWrite writes a file's directory entry after every write that changes it, instead of
-	// leaving it to writeback. Only for comparison.
+	// leaving it to writeback, and without the write order's flushes, as the kernel's stock driver.
+	// Only for comparison.
 	EntryPerWrite bool
 }
 
@@ -90,6 +91,8 @@ type Volume struct {
 	bootState     uint8         // state byte as on disk
 	dirtyDirs     map[*dirContent]struct{}
 	orphans       map[*node]struct{} // removed while open: their clusters go at the last close
+	order         order              // FAT changes waiting for something else to be durable
+	unflushed     bool               // something was written since the last flush
 	closing       bool
 	closed        bool
 	labelFromBoot bool
@@ -251,13 +254,7 @@ func (v *Volume) syncLocked() error {
 	if v.opts.ReadOnly {
 		return nil
 	}
-	if err := v.writeback(); err != nil {
-		return err
-	}
-	if err := v.dev.Flush(); err != nil {
-		return fmt.Errorf("%s: flush: %w", v.name, err)
-	}
-	return nil
+	return v.durable()
 }
 
 // Close writes everything back, clears the dirty bit, and closes the device. Files still open

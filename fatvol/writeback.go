@@ -8,26 +8,44 @@ import (
 )
 
 // Write ordering. Whatever stops a write-back part way (a crash, a pulled stick), what reached the
-// disk must be a consistent volume, so every write-back goes in this order:
+// disk must be a consistent volume whose only faults are lost clusters and chains longer than
+// their file, and a device may persist the writes issued since its last flush in any order. So
+// every write-back goes in phases, with a flush wherever a later phase depends on an earlier one:
 //
-//  1. file data, so no entry or chain ever points at clusters whose data is still in memory;
-//  2. the FAT, every copy, so chains exist before entries point at them;
-//  3. directory entries;
+//  1. file data and the clusters of directories that no entry points at yet;
+//  2. the FAT, every copy: new chains, cuts whose entry is durable, quarantined clusters freed;
+//     then a flush, and again for the links to new clusters that waited for it (order.go);
+//  3. directory entries, once everything they point at is durable;
 //  4. FSINFO, which is only a hint.
 //
-// In sync mode a device flush separates 1-2 from 3-4, so that even a device that reorders writes
-// cannot persist an entry before the chain it points to.
+// Clusters an entry let go of stay allocated until that entry is durable (order.go), and a rename
+// whose two entries live in different sectors makes the source's removal durable before the
+// target's entry is written (ops.go). docs/engine.md lists the rules and what proves them.
 
 // DirtyBytes is the file data written but not yet written back (a batch being written counts no
 // more): what a pulled stick would lose now, and what unmount still has to write.
 func (v *Volume) DirtyBytes() int64 { return v.cache.dirtyBytes() }
 
-// writeback writes every dirty piece of data and metadata to the device, without a device flush.
+// writeback writes every dirty piece of data and metadata to the device in order, with the flushes
+// the order needs but none at the end.
 func (v *Volume) writeback() error {
 	if err := v.writebackData(); err != nil {
 		return err
 	}
-	if err := v.writebackMeta(); err != nil {
+	if err := v.writebackMeta(false, true); err != nil {
+		return err
+	}
+	v.dirtySince = time.Time{}
+	return nil
+}
+
+// durable writes everything back and makes it durable, including what waited for it: the cuts and
+// the freeing of clusters that waited for their entries.
+func (v *Volume) durable() error {
+	if err := v.writebackData(); err != nil {
+		return err
+	}
+	if err := v.writebackMeta(true, true); err != nil {
 		return err
 	}
 	v.dirtySince = time.Time{}
@@ -42,6 +60,9 @@ func (v *Volume) writebackRange(off, length int64) error {
 	v.io.Lock()
 	defer v.io.Unlock()
 	b := v.cache.detach(off, length)
+	if b.bytes > 0 {
+		v.unflushed = true
+	}
 	err := v.cache.writeBatch(b, v.opts.MaxRequest)
 	v.cache.complete(b, err != nil)
 	if err != nil {
@@ -57,6 +78,9 @@ func (v *Volume) writebackRange(off, length int64) error {
 func (v *Volume) writebackDataUnlocked() error {
 	v.io.Lock()
 	b := v.cache.detach(0, -1)
+	if b.bytes > 0 {
+		v.unflushed = true
+	}
 	v.mu.Unlock()
 	err := v.cache.writeBatch(b, v.opts.MaxRequest)
 	v.cache.complete(b, err != nil)
@@ -68,41 +92,99 @@ func (v *Volume) writebackDataUnlocked() error {
 	return nil
 }
 
-// writebackMeta writes the FAT copies, then directories, then FSINFO.
-func (v *Volume) writebackMeta() error {
-	if err := v.writebackFAT(); err != nil {
+// writebackMeta writes the metadata in the order of the phases above. With sync it also makes it
+// durable, and goes on until nothing waits: the cuts and frees the last flush let go.
+func (v *Volume) writebackMeta(sync, fsinfo bool) error {
+	if err := v.writebackFreshDirs(); err != nil {
 		return err
+	}
+	for {
+		if err := v.writebackFAT(); err != nil {
+			return err
+		}
+		// Entries may point at chains and data only once those are durable, and links to new
+		// clusters go out only once the clusters' own entries are.
+		links := v.holdsWaitOnFAT()
+		if !v.unflushed || !(len(v.dirtyDirs) > 0 || links) {
+			break
+		}
+		if err := v.flushDevice(); err != nil {
+			return err
+		}
+		if !links {
+			break
+		}
 	}
 	if err := v.writebackDirs(); err != nil {
 		return err
 	}
-	return v.writeFSInfo()
+	if !sync {
+		if fsinfo {
+			return v.writeFSInfo()
+		}
+		return nil
+	}
+	for {
+		// FSINFO goes with the last flush, once no flush lets more clusters go.
+		releases := v.releasesAtFlush()
+		if fsinfo && !releases {
+			if err := v.writeFSInfo(); err != nil {
+				return err
+			}
+		}
+		// A flush is due for what was written, and for what waits on phases that wrote
+		// nothing (an entry removed long ago, whose clusters go at the last close).
+		if !v.unflushed && !releases {
+			break
+		}
+		if err := v.flushDevice(); err != nil {
+			return err
+		}
+		if !v.fat.isDirty() {
+			break
+		}
+		if err := v.writebackFAT(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// writebackFAT writes the dirty FAT sectors to every copy in use. Runs of dirty sectors go out
-// as single requests, and copy n's run ends where copy n+1's begins when the last sector of one
-// and the first of the next are both dirty, so they merge too. With MirrorPerSector (sync mode
-// only) it does what Linux did before batching: every sector of every copy its own write, each
-// waited for.
+// writebackFAT writes the dirty FAT sectors to every copy in use, as the disk may see them now:
+// held entries keep their old value (order.go). Runs of dirty sectors go out as single requests,
+// and copy n's run ends where copy n+1's begins when the last sector of one and the first of the
+// next are both dirty, so they merge too. With MirrorPerSector (sync mode only) it does what Linux
+// did before batching: every sector of every copy its own write, each waited for.
 func (v *Volume) writebackFAT() error {
+	v.order.fatPhases++
+	runs := v.fat.dirtyRuns()
+	if len(runs) == 0 {
+		return nil
+	}
 	ss := int64(v.geo.SectorSize)
+	restore := v.showDisk()
+	held := len(v.order.holds) > 0
 	var ranges []devRange
-	for _, run := range v.fat.dirtyRuns() {
+	for _, run := range runs {
+		buf := v.fat.raw[run.start*ss : (run.start+run.count)*ss]
+		if held {
+			buf = append([]byte(nil), buf...)
+		}
 		for copy := 0; copy < v.geo.NumFATs; copy++ {
 			if v.geo.ActiveFAT >= 0 && copy != v.geo.ActiveFAT {
 				continue
 			}
 			if v.opts.Sync && v.opts.MirrorPerSector {
-				for s := run.start; s < run.start+run.count; s++ {
-					buf := v.fat.raw[s*ss : (s+1)*ss]
-					ranges = append(ranges, devRange{off: v.geo.FATOffset(copy) + s*ss, length: ss, buf: buf})
+				for s := int64(0); s < run.count; s++ {
+					ranges = append(ranges, devRange{off: v.geo.FATOffset(copy) + (run.start+s)*ss, length: ss, buf: buf[s*ss : (s+1)*ss]})
 				}
 				continue
 			}
-			buf := v.fat.raw[run.start*ss : (run.start+run.count)*ss]
 			ranges = append(ranges, devRange{off: v.geo.FATOffset(copy) + run.start*ss, length: int64(len(buf)), buf: buf})
 		}
 	}
+	restore()
+	v.unflushed = true
 	if v.opts.Sync && v.opts.MirrorPerSector {
 		for _, r := range ranges {
 			if _, err := v.dev.WriteAt(r.buf, r.off); err != nil {
@@ -121,10 +203,21 @@ func (v *Volume) writebackFAT() error {
 
 // writebackDirs writes the dirty sectors of every directory.
 func (v *Volume) writebackDirs() error {
+	v.order.dirPhases++
 	var ranges []devRange
 	for d := range v.dirtyDirs {
-		ranges = append(ranges, d.dirtyRanges()...)
+		ranges = append(ranges, d.dirtyRanges(false)...)
 		delete(v.dirtyDirs, d)
+	}
+	return v.writeRanges(ranges)
+}
+
+// writebackFreshDirs writes the dirty sectors of directory clusters that no entry or chain on
+// disk points at yet, with the file data: before anything that makes them part of a directory.
+func (v *Volume) writebackFreshDirs() error {
+	var ranges []devRange
+	for d := range v.dirtyDirs {
+		ranges = append(ranges, d.dirtyRanges(true)...)
 	}
 	return v.writeRanges(ranges)
 }
@@ -147,6 +240,7 @@ func (v *Volume) writeFSInfo() error {
 		}
 	}
 	fi.Marshal(v.fsinfoRaw)
+	v.unflushed = true
 	if _, err := v.dev.WriteAt(v.fsinfoRaw, off); err != nil {
 		return fmt.Errorf("%s: write FSINFO: %w", v.name, err)
 	}
@@ -154,37 +248,23 @@ func (v *Volume) writeFSInfo() error {
 	return nil
 }
 
-// durable writes everything back and makes it durable, with the flush between chains and entries
-// that sync mode promises.
-func (v *Volume) durable() error {
-	if err := v.writebackData(); err != nil {
-		return err
-	}
-	if err := v.writebackFAT(); err != nil {
-		return err
-	}
-	if err := v.flushDevice(); err != nil {
-		return err
-	}
-	if err := v.writebackDirs(); err != nil {
-		return err
-	}
-	if err := v.writeFSInfo(); err != nil {
-		return err
-	}
-	return v.flushDevice()
-}
-
+// flushDevice makes everything written so far durable, and lets go what waited for that.
 func (v *Volume) flushDevice() error {
 	if err := v.dev.Flush(); err != nil {
 		return fmt.Errorf("%s: flush: %w", v.name, err)
 	}
+	v.unflushed = false
+	v.flushed()
 	return nil
 }
 
 // writeRanges writes ranges sorted by offset, merging adjacent ones into single vectored requests
 // of at most MaxRequest bytes.
 func (v *Volume) writeRanges(ranges []devRange) error {
+	if len(ranges) == 0 {
+		return nil
+	}
+	v.unflushed = true
 	sortRuns(ranges)
 	for i := 0; i < len(ranges); {
 		start := ranges[i].off
@@ -219,7 +299,7 @@ func (v *Volume) finish(err error) error {
 	case v.opts.Sync:
 		werr = v.durable()
 	case v.opts.EntryPerWrite:
-		werr = v.writebackMeta()
+		werr = v.writebackEntryNow()
 	default:
 		if v.dirtySince.IsZero() {
 			v.dirtySince = time.Now()
@@ -230,6 +310,21 @@ func (v *Volume) finish(err error) error {
 		err = werr
 	}
 	return err
+}
+
+// writebackEntryNow writes the FAT and the entries at once, without the flush the order needs
+// between them, as the kernel's stock driver does: EntryPerWrite is a baseline for benchmarks.
+func (v *Volume) writebackEntryNow() error {
+	if err := v.writebackFreshDirs(); err != nil {
+		return err
+	}
+	if err := v.writebackFAT(); err != nil {
+		return err
+	}
+	if err := v.writebackDirs(); err != nil {
+		return err
+	}
+	return v.writeFSInfo()
 }
 
 // throttle makes a writer that outruns the device wait: at the dirty bound it writes back
