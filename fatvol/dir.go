@@ -304,25 +304,9 @@ func (d *dirContent) findFree(count int) (int, error) {
 	need := count * ondisk.DirEntrySize
 	ss := d.n.vol.geo.SectorSize
 	oneSector := need <= ss
-	run, runStart, firstHole := 0, 0, -1
-	for o := d.holeHint; o < d.end; o += ondisk.DirEntrySize {
-		if oneSector && o%ss == 0 {
-			run = 0
-		}
-		if !ondisk.IsDeleted(d.buf[o:]) {
-			run = 0
-			continue
-		}
-		if firstHole < 0 {
-			firstHole = o
-		}
-		if run == 0 {
-			runStart = o
-		}
-		run += ondisk.DirEntrySize
-		if run == need {
-			return runStart, nil
-		}
+	found, runStart, run, firstHole := d.scanHoles(d.holeHint, need, oneSector)
+	if found {
+		return runStart, nil
 	}
 	// Remember where the first hole is, so the next search starts there, not at the beginning.
 	d.holeHint = d.end
@@ -355,9 +339,42 @@ func (d *dirContent) findFree(count int) (int, error) {
 		return start, nil
 	}
 	if err := d.grow(start + need - len(d.buf)); err != nil {
+		// The hole hint passes over fillers (below); before the directory is called full,
+		// every slot is looked at.
+		if found, off, _, _ := d.scanHoles(0, need, oneSector); found {
+			return off, nil
+		}
 		return 0, err
 	}
 	return start, nil
+}
+
+// scanHoles looks for need bytes of consecutive deleted entries from offset from up to the end
+// marker (within one sector when oneSector). Without a find, it tells where the first hole was
+// (-1 for none) and the run of deleted entries that reaches the end, which the tail continues.
+func (d *dirContent) scanHoles(from, need int, oneSector bool) (found bool, runStart, run, firstHole int) {
+	ss := d.n.vol.geo.SectorSize
+	firstHole = -1
+	for o := from; o < d.end; o += ondisk.DirEntrySize {
+		if oneSector && o%ss == 0 {
+			run = 0
+		}
+		if !ondisk.IsDeleted(d.buf[o:]) {
+			run = 0
+			continue
+		}
+		if firstHole < 0 {
+			firstHole = o
+		}
+		if run == 0 {
+			runStart = o
+		}
+		run += ondisk.DirEntrySize
+		if run == need {
+			return true, runStart, run, firstHole
+		}
+	}
+	return false, runStart, run, firstHole
 }
 
 // grow extends the directory by enough zeroed clusters for extra more bytes. The fixed root of

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
@@ -64,7 +65,8 @@ func Check(img string, ignore ...fsck.Kind) error {
 	}
 	var found []string
 	for _, c := range theirs {
-		if !(containsKind(ignore, fsck.Dirty) && dirtyBitLine(c)) {
+		if !(containsKind(ignore, fsck.Dirty) && dirtyBitLine(c)) &&
+			!(containsKind(ignore, fsck.LostClusters) && lostClustersLine.MatchString(strings.TrimSpace(c))) {
 			found = append(found, "fsck.fat: "+c)
 		}
 	}
@@ -88,6 +90,9 @@ func dirtyBitLine(l string) bool {
 	}
 	return false
 }
+
+// lostClustersLine is fsck.fat's line about lost clusters.
+var lostClustersLine = regexp.MustCompile(`^Reclaimed \d+ unused clusters? \(\d+ bytes\)( in \d+ chains?)?\.$`)
 
 func containsKind(ks []fsck.Kind, k fsck.Kind) bool {
 	for _, x := range ks {
