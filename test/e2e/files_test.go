@@ -96,3 +96,17 @@ func (e *environment) waitForFirstConsumer(t *testing.T, ns, claim string) {
 		t.Fatalf("claim %s has a node selected (%s) before any pod uses it", claim, n)
 	}
 }
+
+// requireMounted fails the test unless the host has mounts of device (the volume is staged
+// and published): what makes waitUnstaged's look at the mount table mean something.
+func requireMounted(t *testing.T, device string) {
+	t.Helper()
+	points, err := mountsOf(device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(points) < 2 {
+		t.Fatalf("%s is mounted at %q on the host, want its staging path and a target", device, points)
+	}
+	t.Logf("%s is mounted at %q", device, points)
+}

@@ -34,6 +34,11 @@ func TestImageVolume(t *testing.T) {
 	if got := v.nodeAffinity(); got != topologyKey+" in ["+e.node+"]" {
 		t.Errorf("volume %s node affinity %q, want %s in [%s]", v.Metadata.Name, got, topologyKey, e.node)
 	}
+	img, err := e.imageFile(v.Spec.CSI.VolumeHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireMounted(t, img)
 	e.sh(t, ns, "writer", "mkdir -p /data/sub/dir")
 	for name, data := range files {
 		e.writeInPod(t, ns, "writer", "/data/"+name, data)
@@ -62,10 +67,6 @@ func TestImageVolume(t *testing.T) {
 	// volume, which writes everything back and clears the dirty bit, so the file is then what
 	// the volume really holds. A copy taken while staged would be judged with write-back data
 	// possibly still in the driver and its dirty bit set, which proves nothing either way.
-	img, err := e.imageFile(v.Spec.CSI.VolumeHandle)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.waitUnstaged(t, ns, v.Spec.CSI.VolumeHandle, img)
 	if err := judge.Check(img); err != nil {
 		t.Errorf("image %s: %v", img, err)

@@ -43,6 +43,11 @@ func TestSyncModeSurvivesKill(t *testing.T) {
 	e.applyObjects(t, claimObject(ns, "log", class, "32Mi"))
 	e.startPod(t, ns, podSpec{name: "writer", volumes: []podVolume{{claim: "log", path: "/data"}}, script: syncWriter})
 	v := e.waitClaimBound(t, ns, "log")
+	img, err := e.imageFile(v.Spec.CSI.VolumeHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireMounted(t, img)
 
 	// Follow the writer's reports; kill the pod once it has reported enough records.
 	const before = 200
@@ -81,10 +86,6 @@ func TestSyncModeSurvivesKill(t *testing.T) {
 
 	// The kubelet unstages the volume once the killed container is gone; the next pod stages
 	// it again, so what it reads is what the volume held, not what a cache of the old mount did.
-	img, err := e.imageFile(v.Spec.CSI.VolumeHandle)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.waitUnstaged(t, ns, v.Spec.CSI.VolumeHandle, img)
 	if err := judge.Check(img); err != nil {
 		t.Errorf("image %s after the kill: %v", img, err)

@@ -34,6 +34,7 @@ func TestUSBKeepAndAdopt(t *testing.T) {
 	if h := first.Spec.CSI.VolumeHandle; !strings.HasPrefix(h, "usb:"+e.node+":") {
 		t.Fatalf("volume handle %q is not a USB volume of node %s", h, e.node)
 	}
+	requireMounted(t, e.stick.Loop)
 	for name, data := range files {
 		e.writeInPod(t, ns, "first", "/stick/"+name, data)
 	}
