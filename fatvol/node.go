@@ -59,8 +59,11 @@ func (n *node) extents() ([]extent, error) {
 		return nil, nil
 	}
 	ext, err := n.vol.fat.chain(first, n.vol.geo.Clusters)
+	if err == nil && first != 0 {
+		err = n.vol.claim(n, first)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", n.path(), err)
+		return nil, n.vol.noteDamage(fmt.Errorf("%s: %w", n.path(), err))
 	}
 	n.ext, n.chainOK = ext, true
 	return ext, nil

@@ -89,6 +89,8 @@ type Volume struct {
 	closing       bool
 	closed        bool
 	labelFromBoot bool
+	damage        error            // first damage found (see damage.go); changes are refused
+	claims        map[uint32]*node // cluster -> entry whose chain holds it (see claim)
 }
 
 // Geometry returns the volume's layout.
@@ -121,7 +123,7 @@ func OpenImage(path string, opts Options) (*Volume, error) {
 // Open reads and validates the boot sector and the FAT, and, unless read-only, marks the volume
 // dirty until Close. The caller keeps ownership of dev only if Open fails.
 func Open(dev blockdev.Device, opts Options) (*Volume, error) {
-	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}}
+	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}, claims: map[uint32]*node{}}
 	v.dev = &orderedDevice{Device: dev, mu: &v.io}
 	if p, ok := dev.(interface{ Path() string }); ok {
 		v.name = p.Path()
@@ -174,6 +176,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, fmt.Errorf("%s: read FAT: %w", v.name, err)
 	}
 	v.fat = newTable(&geo, raw)
+	v.noteDamage(v.fat.damage())
 	if geo.Type == ondisk.FAT32 && geo.FSInfoSector != 0 {
 		buf := make([]byte, geo.SectorSize)
 		if _, err := dev.ReadAt(buf, geo.FSInfoSector*int64(geo.SectorSize)); err != nil {
@@ -299,7 +302,7 @@ func (v *Volume) writable() error {
 	if v.closed {
 		return errClosed
 	}
-	if v.opts.ReadOnly {
+	if v.opts.ReadOnly || v.damage != nil {
 		return errReadOnly
 	}
 	return nil

@@ -1,0 +1,78 @@
+package fatvol
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
+// Damage policy. Media come from the field, and a volume can be damaged in ways only a full check
+// finds. The engine does not run one at open; it refuses to make damage worse:
+//
+//   - At open it reads the whole FAT anyway, and checks it in the same pass: entries outside the
+//     data area, clusters two chains share, chains into free clusters, chains that loop.
+//   - While in use, whatever it reads that no consistent volume holds (a chain that ends early,
+//     starts inside another chain or at another entry's cluster, a directory that loops or shares
+//     clusters with another) fails that operation with ErrCorrupt (EIO).
+//
+// Either way the volume is then damaged: from that moment every change fails with EROFS, as
+// Linux's errors=remount-ro does, and Damage says why. What was written before still reaches the
+// disk. Reads go on: they return what the volume holds, or ErrCorrupt where it cannot be told
+// which entry a cluster belongs to. Damage the engine has not read yet (an entry pointing at a
+// free cluster, in a directory nothing has listed) cannot stop a write; fsck finds it.
+
+// Damage returns the first damage found on the volume, nil when none: non-nil means the volume
+// refuses changes and needs repair.
+func (v *Volume) Damage() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.damage
+}
+
+// noteDamage records err when it reports corruption, and returns it.
+func (v *Volume) noteDamage(err error) error {
+	if err != nil && errors.Is(err, ErrCorrupt) && v.damage == nil {
+		v.damage = err
+		v.opts.Logger.Warn("fatvol: volume is damaged; changes are refused until it is repaired", "device", v.name, "damage", err.Error())
+	}
+	return err
+}
+
+// claim records that n's chain holds cluster c: its first cluster for a file, every cluster for
+// a directory. A cluster claimed by another entry still in place is a cross-link: an error, so
+// the walk visits every directory at most once, and no file shows another's data.
+func (v *Volume) claim(n *node, c uint32) error {
+	if owner, ok := v.claims[c]; ok && owner != n && owner.holds(c) && owner.pos() != n.pos() {
+		return fmt.Errorf("%w: %s and %s both hold cluster %d (cross-linked)", ErrCorrupt, n.path(), owner.path(), c)
+	}
+	v.claims[c] = n
+	return nil
+}
+
+// holds tells whether n's entry is still in place and still starts at c or, for a directory,
+// whether c is still in its chain. Claims are not removed when entries go; they are checked.
+func (n *node) holds(c uint32) bool {
+	if n.unlinked {
+		return false
+	}
+	if !n.isRoot() {
+		d := n.parent.dir
+		if d == nil || n.off >= len(d.buf) || ondisk.IsDeleted(d.buf[n.off:]) {
+			return false
+		}
+		if _, ok := d.slots[n.off]; !ok {
+			return false
+		}
+	}
+	if n.dir == nil {
+		e := n.parent.dir.entry(n.off)
+		return e.Cluster(n.vol.geo.Type) == c
+	}
+	for _, e := range n.ext {
+		if c >= e.start && c < e.start+e.count {
+			return true
+		}
+	}
+	return false
+}
