@@ -42,9 +42,17 @@ func (v *Volume) noteDamage(err error) error {
 // claim records that n's chain holds cluster c: its first cluster for a file, every cluster for
 // a directory. A cluster claimed by another entry still in place is a cross-link: an error, so
 // the walk visits every directory at most once, and no file shows another's data.
+// A cluster allocated since open that no entry of this session ever claimed (a new directory's)
+// was free when the entry was written: the entry was dangling, and the cluster now holds another
+// directory. (A claim whose owner moved, by a rename, is not checked further: the entry read may
+// be the moved one.)
 func (v *Volume) claim(n *node, c uint32) error {
-	if owner, ok := v.claims[c]; ok && owner != n && owner.holds(c) && owner.pos() != n.pos() {
+	owner, ok := v.claims[c]
+	switch {
+	case ok && owner != n && owner.holds(c) && owner.pos() != n.pos():
 		return fmt.Errorf("%w: %s and %s both hold cluster %d (cross-linked)", ErrCorrupt, n.path(), owner.path(), c)
+	case v.fat.isFresh(c) && !ok:
+		return fmt.Errorf("%w: %s points at cluster %d, which was free (a dangling entry)", ErrCorrupt, n.path(), c)
 	}
 	v.claims[c] = n
 	return nil

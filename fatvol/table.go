@@ -33,6 +33,9 @@ type table struct {
 	// joined: a cross-link). Such a volume is opened damaged, so the FAT never changes and the
 	// set stays true; no chain is followed through them.
 	merged map[uint32]bool
+	// fresh has a bit for every cluster allocated since open. An entry read from disk that starts
+	// at one, with no entry of this session owning it, was dangling: it pointed at a free cluster.
+	fresh []uint64
 }
 
 func newTable(g *ondisk.Geometry, raw []byte) *table {
@@ -44,6 +47,7 @@ func newTable(g *ondisk.Geometry, raw []byte) *table {
 		dirty:      make([]uint64, (int64(len(raw))/int64(g.SectorSize)+63)/64),
 		next:       2,
 		referenced: make([]uint64, (int64(g.MaxCluster())+64)/64),
+		fresh:      make([]uint64, (int64(g.MaxCluster())+64)/64),
 	}
 	for c := uint32(2); c <= t.maxCluster; c++ {
 		switch v := t.get(c); {
@@ -61,6 +65,8 @@ func newTable(g *ondisk.Geometry, raw []byte) *table {
 	}
 	return t
 }
+
+func (t *table) isFresh(c uint32) bool { return t.fresh[c/64]&(1<<(c%64)) != 0 }
 
 func (t *table) isReferenced(c uint32) bool { return t.referenced[c/64]&(1<<(c%64)) != 0 }
 
@@ -289,6 +295,7 @@ func (t *table) allocate(n uint32, goal uint32) ([]extent, error) {
 	take := func(start, count uint32) {
 		for c := start; c < start+count; c++ {
 			t.set(c, entEOC)
+			t.fresh[c/64] |= 1 << (c % 64)
 		}
 		got = append(got, extent{start, count})
 		n -= count
