@@ -3,8 +3,6 @@ package fatvol
 import (
 	"errors"
 	"fmt"
-
-	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
 // Damage policy. Media come from the field, and a volume can be damaged in ways only a full check
@@ -39,45 +37,71 @@ func (v *Volume) noteDamage(err error) error {
 	return err
 }
 
+// claimant is the entry whose chain holds a cluster: the directory it is in and its offset
+// there (nil and -1 for the root). It names the entry, not its node, so that claims do not keep
+// the nodes of closed files in memory; directories stay loaded anyway.
+type claimant struct {
+	parent *node
+	off    int
+}
+
+func claimantOf(n *node) claimant { return claimant{parent: n.parent, off: n.off} }
+
 // claim records that n's chain holds cluster c: its first cluster for a file, every cluster for
 // a directory. A cluster claimed by another entry still in place is a cross-link: an error, so
 // the walk visits every directory at most once, and no file shows another's data.
+//
 // A cluster allocated since open that no entry of this session ever claimed (a new directory's)
 // was free when the entry was written: the entry was dangling, and the cluster now holds another
-// directory. (A claim whose owner moved, by a rename, is not checked further: the entry read may
+// directory. (A claim whose entry moved, by a rename, is not checked further: the entry read may
 // be the moved one.)
 func (v *Volume) claim(n *node, c uint32) error {
+	me := claimantOf(n)
 	owner, ok := v.claims[c]
 	switch {
-	case ok && owner != n && owner.holds(c) && owner.pos() != n.pos():
-		return fmt.Errorf("%w: %s and %s both hold cluster %d (cross-linked)", ErrCorrupt, n.path(), owner.path(), c)
+	case ok && owner != me && v.claimHolds(owner, c):
+		return fmt.Errorf("%w: %s and %s both hold cluster %d (cross-linked)", ErrCorrupt, n.path(), v.claimPath(owner), c)
 	case v.fat.isFresh(c) && !ok:
 		return fmt.Errorf("%w: %s points at cluster %d, which was free (a dangling entry)", ErrCorrupt, n.path(), c)
 	}
-	v.claims[c] = n
+	v.claims[c] = me
 	return nil
 }
 
-// holds tells whether n's entry is still in place and still starts at c or, for a directory,
-// whether c is still in its chain. Claims are not removed when entries go; they are checked.
-func (n *node) holds(c uint32) bool {
-	if n.unlinked {
+// claimHolds tells whether the claimant's entry is still in place and still holds c: starts at
+// it, or for a loaded directory, has it in its chain. Claims are not removed when entries go or
+// move; they are checked.
+func (v *Volume) claimHolds(cl claimant, c uint32) bool {
+	if cl.parent == nil {
+		return extentsHold(v.root.ext, c)
+	}
+	d := cl.parent.dir
+	if cl.parent.unlinked || d == nil {
 		return false
 	}
-	if !n.isRoot() {
-		d := n.parent.dir
-		if d == nil || n.off >= len(d.buf) || ondisk.IsDeleted(d.buf[n.off:]) {
-			return false
-		}
-		if _, ok := d.slots[n.off]; !ok {
-			return false
-		}
+	if _, ok := d.slots[cl.off]; !ok {
+		return false
 	}
-	if n.dir == nil {
-		e := n.parent.dir.entry(n.off)
-		return e.Cluster(n.vol.geo.Type) == c
+	if child, ok := d.children[cl.off]; ok && child.dir != nil {
+		return extentsHold(child.ext, c)
 	}
-	for _, e := range n.ext {
+	e := d.entry(cl.off)
+	return e.Cluster(v.geo.Type) == c
+}
+
+func (v *Volume) claimPath(cl claimant) string {
+	if cl.parent == nil {
+		return "/"
+	}
+	p := cl.parent.path()
+	if p != "/" {
+		p += "/"
+	}
+	return p + cl.parent.dir.slots[cl.off].name
+}
+
+func extentsHold(ext []extent, c uint32) bool {
+	for _, e := range ext {
 		if c >= e.start && c < e.start+e.count {
 			return true
 		}

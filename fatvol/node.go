@@ -126,7 +126,7 @@ func (n *node) grow(count uint32) ([]extent, error) {
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
-		n.vol.claims[got[0].start] = n
+		n.vol.claims[got[0].start] = claimantOf(n)
 	}
 	for _, e := range got {
 		if k := len(n.ext); k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {

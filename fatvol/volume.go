@@ -89,8 +89,8 @@ type Volume struct {
 	closing       bool
 	closed        bool
 	labelFromBoot bool
-	damage        error            // first damage found (see damage.go); changes are refused
-	claims        map[uint32]*node // cluster -> entry whose chain holds it (see claim)
+	damage        error               // first damage found (see damage.go); changes are refused
+	claims        map[uint32]claimant // cluster -> entry whose chain holds it (see claim)
 }
 
 // Geometry returns the volume's layout.
@@ -123,7 +123,7 @@ func OpenImage(path string, opts Options) (*Volume, error) {
 // Open reads and validates the boot sector and the FAT, and, unless read-only, marks the volume
 // dirty until Close. The caller keeps ownership of dev only if Open fails.
 func Open(dev blockdev.Device, opts Options) (*Volume, error) {
-	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}, claims: map[uint32]*node{}}
+	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}, claims: map[uint32]claimant{}}
 	v.dev = &orderedDevice{Device: dev, mu: &v.io}
 	if p, ok := dev.(interface{ Path() string }); ok {
 		v.name = p.Path()
