@@ -68,8 +68,12 @@ func checkSlot(t *testing.T, d *dirContent, off int, s slot) {
 		l := ondisk.DecodeLFN(d.buf[s.lfnOff+i*ondisk.DirEntrySize:])
 		units = append(units, l.LFNUnits()...)
 	}
-	if count > 0 && string(utf16.Decode(units)) != s.name {
-		t.Fatalf("entry at %d: long name %q listed as %q", off, string(utf16.Decode(units)), s.name)
+	long, short := string(utf16.Decode(units)), e.Name.DisplayName(e.NTCase, d.n.vol.opts.ShortName)
+	switch {
+	case count > 0 && usableName(long) && long != s.name:
+		t.Fatalf("entry at %d: long name %q listed as %q", off, long, s.name)
+	case count > 0 && !usableName(long) && short != s.name:
+		t.Fatalf("entry at %d: unusable long name %q listed as %q, not as its short name %q", off, long, s.name, short)
 	}
 	if found, ok := d.lookup(s.name); ok && ondisk.FoldName(d.slots[found].name) != ondisk.FoldName(s.name) {
 		t.Fatalf("%q finds the entry %q", s.name, d.slots[found].name)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -203,8 +204,9 @@ var hostileCases = []hostileCase{
 		binary.LittleEndian.PutUint16(lfn[1:], '/') // the first unit of the name's first part
 		binary.LittleEndian.PutUint16(lfn[3:], 0)
 	}, check: func(t *testing.T, h *hostileImage, v *fatvol.Volume) {
+		// FuzzDirIndex/58d5e34c6b6663a9: such a long name is not shown; its short name is.
 		names := rootNames(t, v)
-		if slicesContainsAny(names, "/\x00") {
+		if slicesContainsAny(names, "/\x00") || !slices.Contains(names, h.attrs["a long file name.text"].ShortName) {
 			t.Errorf("root lists %q", names)
 		}
 	}},
