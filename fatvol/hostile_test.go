@@ -276,6 +276,7 @@ func TestHostileImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			theirs = slices.DeleteFunc(theirs, smallFAT32Warning)
 			got := runHostile(t, h, img, tc)
 			t.Logf("engine: %s; fsck.fat -n: %d complaints %q", got, len(theirs), firstLines(theirs, 2))
 			if got != tc.want {
@@ -286,6 +287,17 @@ func TestHostileImages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// smallFAT32Warning tells whether an fsck.fat line is part of its warning about the seeds' FAT32
+// layout with fewer clusters than FAT32 is meant for, which every FAT32 seed gets.
+func smallFAT32Warning(line string) bool {
+	for _, s := range []string{"Filesystem is FAT32 according to", "but has only", "This may lead to problems"} {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func firstLines(l []string, n int) []string { return l[:min(n, len(l))] }
