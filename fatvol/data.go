@@ -44,7 +44,7 @@ func (n *node) readAt(p []byte, off int64) (int, error) {
 		done += int(r.length)
 	}
 	if int64(done) < want {
-		return done, fmt.Errorf("%s: %w: cluster chain ends before the file size", n.path(), ErrCorrupt)
+		return done, n.vol.noteDamage(fmt.Errorf("%s: %w: cluster chain ends before the file size", n.path(), ErrCorrupt))
 	}
 	return done, nil
 }

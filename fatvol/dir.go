@@ -2,6 +2,7 @@ package fatvol
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"unicode/utf16"
 
@@ -51,21 +52,9 @@ func (n *node) loadDir() (*dirContent, error) {
 		}
 		n.chainOK = true
 	} else {
-		if n.firstCluster() == 0 {
-			return nil, fmt.Errorf("%w: directory %s has no clusters", ErrCorrupt, n.path())
-		}
-		for a := n.parent; a != nil; a = a.parent {
-			if a.firstCluster() == n.firstCluster() {
-				return nil, fmt.Errorf("%w: directory %s loops back to %s", ErrCorrupt, n.path(), a.path())
-			}
-		}
-		limit := uint32(maxDirBytes / v.geo.ClusterSize)
-		if limit == 0 {
-			limit = 1
-		}
-		ext, err := v.fat.chain(n.firstCluster(), limit)
+		ext, err := n.readDirChain()
 		if err != nil {
-			return nil, fmt.Errorf("directory %s: %w", n.path(), err)
+			return nil, v.noteDamage(err)
 		}
 		n.ext, n.chainOK = ext, true
 		buf = make([]byte, int64(n.clusterCount())*int64(v.geo.ClusterSize))
@@ -81,6 +70,34 @@ func (n *node) loadDir() (*dirContent, error) {
 	d.index()
 	n.dir = d
 	return d, nil
+}
+
+// readDirChain reads a directory's chain and claims its clusters: a directory that loops back to
+// an ancestor or shares clusters with another directory is corrupt, so that every directory is
+// read at most once and their memory stays within the device's size.
+func (n *node) readDirChain() ([]extent, error) {
+	v := n.vol
+	if n.firstCluster() == 0 {
+		return nil, fmt.Errorf("%w: directory %s has no clusters", ErrCorrupt, n.path())
+	}
+	for a := n.parent; a != nil; a = a.parent {
+		if a.firstCluster() == n.firstCluster() {
+			return nil, fmt.Errorf("%w: directory %s loops back to %s", ErrCorrupt, n.path(), a.path())
+		}
+	}
+	limit := max(uint32(maxDirBytes/v.geo.ClusterSize), 1)
+	ext, err := v.fat.chain(n.firstCluster(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("directory %s: %w", n.path(), err)
+	}
+	for _, e := range ext {
+		for c := e.start; c < e.start+e.count; c++ {
+			if err := v.claim(n, c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ext, nil
 }
 
 // index parses the raw entries: long names are joined and checked (order and checksum) the way
@@ -147,17 +164,29 @@ func (d *dirContent) index() {
 			start = lfnOff
 		}
 		lfnOff = -1
-		if name == "" {
+		if !usableName(name) {
 			name = e.Name.DisplayName(e.NTCase, v.opts.ShortName)
 		}
+		if !usableName(name) {
+			// Kept (the directory is not empty, the short name stays taken) but neither listed
+			// nor reachable: a path cannot name it.
+			name = ""
+		}
 		d.slots[o] = slot{lfnOff: start, name: name}
-		if _, dup := d.names[ondisk.FoldName(name)]; !dup {
+		if _, dup := d.names[ondisk.FoldName(name)]; !dup && name != "" {
 			d.names[ondisk.FoldName(name)] = o
 		}
 		if _, dup := d.shorts[e.Name]; !dup {
 			d.shorts[e.Name] = o
 		}
 	}
+}
+
+// usableName tells whether a name read from disk can be one element of a path: a damaged or
+// hostile directory may hold names with '/' or NUL, or "." and ".." as long names, which would
+// make a listed name lead elsewhere.
+func usableName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
 }
 
 // lookup finds the entry for name: by its long name (case-insensitively), else by its short name.

@@ -35,6 +35,9 @@ func (f *File) check(op string, write bool) error {
 	if write && f.flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return pathErr(op, f.name, syscall.EBADF)
 	}
+	if write && f.v.damage != nil {
+		return pathErr(op, f.name, errReadOnly)
+	}
 	if write {
 		if err := f.v.fence.err(); err != nil {
 			return pathErr(op, f.name, err)

@@ -69,8 +69,8 @@ func (v *Volume) ReadDir(name string) ([]fs.DirEntry, error) {
 // offsetsFrom yields the offsets of the directory's entries at or after from, in directory order.
 func (d *dirContent) offsetsFrom(from int) iter.Seq[int] {
 	offs := make([]int, 0, len(d.slots))
-	for o := range d.slots {
-		if o >= from {
+	for o, s := range d.slots {
+		if o >= from && s.name != "" {
 			offs = append(offs, o)
 		}
 	}

@@ -63,8 +63,11 @@ func (n *node) extents() ([]extent, error) {
 		return nil, nil
 	}
 	ext, err := n.vol.fat.chain(first, n.vol.geo.Clusters)
+	if err == nil && first != 0 {
+		err = n.vol.claim(n, first)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", n.path(), err)
+		return nil, n.vol.noteDamage(fmt.Errorf("%s: %w", n.path(), err))
 	}
 	n.ext, n.chainOK = ext, true
 	return ext, nil
@@ -140,6 +143,7 @@ func (n *node) grow(count uint32) ([]extent, error) {
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
+		n.vol.claims[got[0].start] = claimantOf(n)
 	}
 	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {

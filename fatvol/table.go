@@ -26,6 +26,16 @@ type table struct {
 	dirty      []uint64 // one bit per FAT sector
 	free       uint32   // free data clusters, exact
 	next       uint32   // next-fit hint: allocation starts looking here
+	// referenced has a bit for every cluster some FAT entry points to. No chain may start at
+	// such a cluster: an entry that does starts inside another chain (a cross-link).
+	referenced []uint64
+	// merged holds the clusters two or more FAT entries point to, found at open (two chains
+	// joined: a cross-link). Such a volume is opened damaged, so the FAT never changes and the
+	// set stays true; no chain is followed through them.
+	merged map[uint32]bool
+	// fresh has a bit for every cluster allocated since open. An entry read from disk that starts
+	// at one, with no entry of this session owning it, was dangling: it pointed at a free cluster.
+	fresh []uint64
 }
 
 func newTable(g *ondisk.Geometry, raw []byte) *table {
@@ -36,13 +46,72 @@ func newTable(g *ondisk.Geometry, raw []byte) *table {
 		maxCluster: g.MaxCluster(),
 		dirty:      make([]uint64, (int64(len(raw))/int64(g.SectorSize)+63)/64),
 		next:       2,
+		referenced: make([]uint64, (int64(g.MaxCluster())+64)/64),
+		fresh:      make([]uint64, (int64(g.MaxCluster())+64)/64),
 	}
 	for c := uint32(2); c <= t.maxCluster; c++ {
-		if t.get(c) == entFree {
+		switch v := t.get(c); {
+		case v == entFree:
 			t.free++
+		case t.isData(v):
+			if t.isReferenced(v) {
+				if t.merged == nil {
+					t.merged = map[uint32]bool{}
+				}
+				t.merged[v] = true
+			}
+			t.setReferenced(v, true)
 		}
 	}
 	return t
+}
+
+func (t *table) isFresh(c uint32) bool { return t.fresh[c/64]&(1<<(c%64)) != 0 }
+
+func (t *table) isReferenced(c uint32) bool { return t.referenced[c/64]&(1<<(c%64)) != 0 }
+
+func (t *table) setReferenced(c uint32, on bool) {
+	if on {
+		t.referenced[c/64] |= 1 << (c % 64)
+	} else {
+		t.referenced[c/64] &^= 1 << (c % 64)
+	}
+}
+
+// damage looks for what no consistent FAT holds, so that the engine can refuse to write to a
+// volume that needs repair: an entry pointing outside the data area, two entries pointing to the
+// same cluster, a used cluster pointing to a free one, and chains that loop. It takes one pass
+// over the FAT and a bit per cluster. It returns the first such finding, nil when none.
+func (t *table) damage() error {
+	for c := uint32(2); c <= t.maxCluster; c++ {
+		v := t.get(c)
+		switch {
+		case v == entFree || v == entEOC || v == entBad:
+		case !t.isData(v):
+			return fmt.Errorf("%w: cluster %d points to %d, outside the data area (2..%d)", ErrCorrupt, c, v, t.maxCluster)
+		case t.merged[v]:
+			return fmt.Errorf("%w: cluster %d is in two chains (cross-linked)", ErrCorrupt, v)
+		case t.get(v) == entFree:
+			return fmt.Errorf("%w: cluster %d points to free cluster %d", ErrCorrupt, c, v)
+		}
+	}
+	// Every chain starts at a cluster nothing points to. With no cluster pointed to twice,
+	// following the chains from those starts reaches every used cluster not on a loop.
+	seen := make([]uint64, len(t.referenced))
+	for c := uint32(2); c <= t.maxCluster; c++ {
+		if t.get(c) == entFree || t.isReferenced(c) {
+			continue
+		}
+		for at := c; t.isData(at); at = t.get(at) {
+			seen[at/64] |= 1 << (at % 64)
+		}
+	}
+	for c := uint32(2); c <= t.maxCluster; c++ {
+		if v := t.get(c); v != entFree && v != entBad && seen[c/64]&(1<<(c%64)) == 0 {
+			return fmt.Errorf("%w: cluster %d is on a chain that loops", ErrCorrupt, c)
+		}
+	}
+	return nil
 }
 
 // byteOffset is where entry c starts in the raw table.
@@ -102,6 +171,12 @@ func (t *table) set(c, v uint32) {
 		t.free--
 	} else if old != entFree && v == entFree {
 		t.free++
+	}
+	if t.isData(old) {
+		t.setReferenced(old, false)
+	}
+	if t.isData(v) {
+		t.setReferenced(v, true)
 	}
 	t.put(c, v)
 	t.markEntryDirty(c)
@@ -196,10 +271,16 @@ func (t *table) chain(first uint32, limit uint32) ([]extent, error) {
 	if first == 0 {
 		return nil, nil
 	}
+	if t.isData(first) && t.isReferenced(first) {
+		return nil, fmt.Errorf("%w: chain from cluster %d starts inside another chain (cross-linked)", ErrCorrupt, first)
+	}
 	c := first
 	for n := uint32(0); ; n++ {
 		if !t.isData(c) {
 			return ext, fmt.Errorf("%w: chain from cluster %d reaches invalid cluster %d", ErrCorrupt, first, c)
+		}
+		if t.merged[c] {
+			return ext, fmt.Errorf("%w: chain from cluster %d reaches cluster %d, which another chain holds too (cross-linked)", ErrCorrupt, first, c)
 		}
 		if n >= limit {
 			return ext, fmt.Errorf("%w: chain from cluster %d is longer than %d clusters (a cycle?)", ErrCorrupt, first, limit)
@@ -236,6 +317,7 @@ func (t *table) allocate(n uint32, goal uint32) ([]extent, error) {
 	take := func(start, count uint32) {
 		for c := start; c < start+count; c++ {
 			t.set(c, entEOC)
+			t.fresh[c/64] |= 1 << (c % 64)
 		}
 		got = append(got, extent{start, count})
 		n -= count

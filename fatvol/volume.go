@@ -96,6 +96,8 @@ type Volume struct {
 	closing       bool
 	closed        bool
 	labelFromBoot bool
+	damage        error               // first damage found (see damage.go); changes are refused
+	claims        map[uint32]claimant // cluster -> entry whose chain holds it (see claim)
 }
 
 // Geometry returns the volume's layout.
@@ -132,7 +134,7 @@ func OpenImage(path string, opts Options) (*Volume, error) {
 // Open reads and validates the boot sector and the FAT, and, unless read-only, marks the volume
 // dirty until Close. The caller keeps ownership of dev only if Open fails.
 func Open(dev blockdev.Device, opts Options) (*Volume, error) {
-	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}}
+	v := &Volume{opts: opts, loc: opts.Location, name: "volume", dirtyDirs: map[*dirContent]struct{}{}, orphans: map[*node]struct{}{}, claims: map[uint32]claimant{}}
 	v.fence = newFencedDevice(dev, !opts.ContinueAfterDeviceError)
 	v.dev = &orderedDevice{Device: v.fence, mu: &v.io}
 	if p, ok := dev.(interface{ Path() string }); ok {
@@ -186,6 +188,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, fmt.Errorf("%s: read FAT: %w", v.name, err)
 	}
 	v.fat = newTable(&geo, raw)
+	v.noteDamage(v.fat.damage())
 	if geo.Type == ondisk.FAT32 && geo.FSInfoSector != 0 {
 		buf := make([]byte, geo.SectorSize)
 		if _, err := dev.ReadAt(buf, geo.FSInfoSector*int64(geo.SectorSize)); err != nil {
@@ -305,7 +308,7 @@ func (v *Volume) writable() error {
 	if v.closed {
 		return errClosed
 	}
-	if v.opts.ReadOnly {
+	if v.opts.ReadOnly || v.damage != nil {
 		return errReadOnly
 	}
 	return v.fence.err()

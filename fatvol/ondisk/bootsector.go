@@ -252,6 +252,9 @@ func (b *BootSector) Geometry(volumeBytes int64) (Geometry, error) {
 		return g, fmt.Errorf("data area starts at sector %d, beyond the %d sectors of the volume", g.FirstDataSector, g.TotalSectors)
 	}
 	clusters := (g.TotalSectors - g.FirstDataSector) / int64(spc)
+	if clusters == 0 {
+		return g, fmt.Errorf("%w: no room for a data cluster after sector %d", ErrNotFAT, g.FirstDataSector)
+	}
 	if clusters > MaxClustersFAT32 {
 		clusters = MaxClustersFAT32
 	}
