@@ -31,8 +31,8 @@ while :; do
 done`
 
 // TestSyncModeSurvivesKill kills a pod writing to a volume of mode sync and checks that every
-// record it had fsync'ed and reported is on the volume, byte for byte, for the next pod and on
-// the node's image.
+// record it had fsync'ed and reported is on the volume, byte for byte: on the node's image while
+// it runs, and after the kill on the image and for the next pod.
 func TestSyncModeSurvivesKill(t *testing.T) {
 	e := need(t)
 	if len(record(1)) != recordLen {
@@ -76,6 +76,13 @@ func TestSyncModeSurvivesKill(t *testing.T) {
 		}
 		acked = n
 	}
+	// While the writer still runs, the image on the node already holds what it reported: an
+	// fsync'ed record is on the device, not only in the driver.
+	live, err := mtoolsRead(img, "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, "the node's image while the writer runs", live, acked)
 	e.kubectlT(t, "delete", "pod", "-n", ns, "writer", "--grace-period=0", "--force")
 	// Reports already on their way were fsync'ed before the kill too.
 	for n := range reported {
