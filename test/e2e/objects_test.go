@@ -9,34 +9,25 @@ import (
 // The parts of Kubernetes objects the tests read from kubectl's JSON output.
 
 type objectMeta struct {
-	Name              string            `json:"name"`
-	Namespace         string            `json:"namespace"`
-	UID               string            `json:"uid"`
-	Labels            map[string]string `json:"labels"`
-	Annotations       map[string]string `json:"annotations"`
-	DeletionTimestamp *string           `json:"deletionTimestamp"`
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	UID         string            `json:"uid"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
 }
 
 type condition struct {
-	Type    string `json:"type"`
-	Status  string `json:"status"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Type   string `json:"type"`
+	Status string `json:"status"`
 }
 
 type containerStatus struct {
-	Name         string `json:"name"`
-	Ready        bool   `json:"ready"`
-	RestartCount int    `json:"restartCount"`
-	State        struct {
+	Name  string `json:"name"`
+	State struct {
 		Waiting *struct {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
 		} `json:"waiting"`
-		Terminated *struct {
-			Reason   string `json:"reason"`
-			ExitCode int    `json:"exitCode"`
-		} `json:"terminated"`
 	} `json:"state"`
 }
 
@@ -65,12 +56,10 @@ func (p *pod) ready() bool {
 type pvc struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		VolumeName       string `json:"volumeName"`
-		StorageClassName string `json:"storageClassName"`
+		VolumeName string `json:"volumeName"`
 	} `json:"spec"`
 	Status struct {
-		Phase    string            `json:"phase"`
-		Capacity map[string]string `json:"capacity"`
+		Phase string `json:"phase"`
 	} `json:"status"`
 }
 
@@ -78,9 +67,8 @@ type pv struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
 		CSI *struct {
-			Driver           string            `json:"driver"`
-			VolumeHandle     string            `json:"volumeHandle"`
-			VolumeAttributes map[string]string `json:"volumeAttributes"`
+			Driver       string `json:"driver"`
+			VolumeHandle string `json:"volumeHandle"`
 		} `json:"csi"`
 		ClaimRef *struct {
 			Name      string `json:"name"`
@@ -127,11 +115,9 @@ type node struct {
 type csiDriver struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		AttachRequired       *bool    `json:"attachRequired"`
-		PodInfoOnMount       *bool    `json:"podInfoOnMount"`
-		StorageCapacity      *bool    `json:"storageCapacity"`
-		FSGroupPolicy        string   `json:"fsGroupPolicy"`
-		VolumeLifecycleModes []string `json:"volumeLifecycleModes"`
+		AttachRequired  *bool  `json:"attachRequired"`
+		StorageCapacity *bool  `json:"storageCapacity"`
+		FSGroupPolicy   string `json:"fsGroupPolicy"`
 	} `json:"spec"`
 }
 
@@ -166,7 +152,6 @@ type daemonSet struct {
 	Status   struct {
 		DesiredNumberScheduled int `json:"desiredNumberScheduled"`
 		NumberReady            int `json:"numberReady"`
-		UpdatedNumberScheduled int `json:"updatedNumberScheduled"`
 	} `json:"status"`
 }
 
