@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func setUp() (*environment, error) {
 		return nil, err
 	}
 	if err := e.removeLeftovers(); err != nil {
-		return nil, fmt.Errorf("leftovers of an earlier run: %w", err)
+		return nil, fmt.Errorf("before the tests: %w", err)
 	}
 	if err := e.prepareHost(); err != nil {
 		return e, err
@@ -223,6 +224,14 @@ func (e *environment) deleteTestObjects() error {
 // removeLeftovers clears what an interrupted run left: the release, test objects, host side.
 func (e *environment) removeLeftovers() error {
 	if _, err := e.helmErr("status", releaseName, "-n", releaseNS); err == nil {
+		ours, err := e.helmErr("list", "-n", releaseNS, "-q", "-l", testLabel+"=true")
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(strings.Fields(string(ours)), releaseName) {
+			return fmt.Errorf("a release %s the tests did not make is installed in namespace %s: the tests need a cluster without one (helm uninstall %s -n %s)",
+				releaseName, releaseNS, releaseName, releaseNS)
+		}
 		fmt.Fprintf(os.Stderr, "e2e: release %s left from an earlier run: removing it\n", releaseName)
 		if err := e.tearDown(); err != nil {
 			return err

@@ -30,7 +30,9 @@ func (e *environment) installChart() error {
 		"usb.deviceGlob=" + e.usb.Glob,
 	}
 	args := []string{"install", releaseName, filepath.Join(e.repo, "charts", "csi-fat"),
-		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "5m"}
+		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "5m",
+		// Marks the release as the tests', so a later run removes it only if it is theirs.
+		"--labels", testLabel + "=true"}
 	for _, s := range typed {
 		args = append(args, "--set", s)
 	}
