@@ -24,4 +24,6 @@ RUN apt-get update \
 	&& apt-get install -y --no-install-recommends fuse3 mount \
 	&& rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/csi-fat /csi-fat
-ENTRYPOINT ["/csi-fat", "driver"]
+# The subcommand comes from the pod's args (the chart passes "driver ..."), so the same image
+# also runs csi-fat fsck or mkfs.
+ENTRYPOINT ["/csi-fat"]

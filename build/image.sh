@@ -2,7 +2,7 @@
 # Writes the csi-fat driver's container image as an archive that `ctr -n k8s.io images import`
 # (or `docker load`) reads, from this machine's files: no registry, base image or container
 # engine is needed. The image holds what the Dockerfile's runtime stage holds: the static csi-fat
-# binary at /csi-fat (entrypoint `/csi-fat driver`), fusermount3 (go-fuse mounts and unmounts
+# binary at /csi-fat (entrypoint `/csi-fat`; the chart passes `driver ...`), fusermount3 (go-fuse mounts and unmounts
 # through it), mount (k8s.io/mount-utils bind-mounts with it) and umount (mount-utils probes it),
 # their shared libraries, and /etc/mtab -> ../proc/self/mounts as in Debian.
 #
@@ -51,4 +51,4 @@ fi
 	-file "$fusermount3" -file "$mount" -file "$umount" \
 	-symlink /bin=usr/bin \
 	-symlink /etc/mtab=../proc/self/mounts \
-	-- /csi-fat driver
+	-- /csi-fat
