@@ -294,8 +294,12 @@ func (a crashTally) String() string {
 func TestCrashConsistency(t *testing.T) {
 	requireTools(t, "mkfs.fat", "fsck.fat")
 	seed := crashSeed(t)
-	choices := crashEnvInt(t, "FATVOL_CRASH_CHOICES", 4)
-	samples := crashEnvInt(t, "FATVOL_CRASH_SAMPLES", 1500)
+	defChoices, defSamples := 4, 1500
+	if raceEnabled {
+		defChoices, defSamples = 1, 150
+	}
+	choices := crashEnvInt(t, "FATVOL_CRASH_CHOICES", defChoices)
+	samples := crashEnvInt(t, "FATVOL_CRASH_SAMPLES", defSamples)
 	fsckEvery := crashEnvInt(t, "FATVOL_CRASH_FSCK_EVERY", 50)
 	t.Logf("seed %d (replay with FATVOL_CRASH_SEED=%d), %d choices a request, %d sampled cuts in large workloads, fsck.fat -n on every %dth cut and every failure",
 		seed, seed, choices, samples, fsckEvery)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fatvol_test
+
+const raceEnabled = false
