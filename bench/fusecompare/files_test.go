@@ -122,7 +122,8 @@ func TestStopReportsProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if entries, _ := os.ReadDir(dir); len(entries) >= 3 || time.Now().After(deadline) {
+		// A fourth file exists only once the third is written and counted.
+		if entries, _ := os.ReadDir(dir); len(entries) >= 4 || time.Now().After(deadline) {
 			break
 		}
 	}
