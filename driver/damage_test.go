@@ -399,3 +399,61 @@ func TestStagingUSBVolume(t *testing.T) {
 		t.Error("the stick changed")
 	}
 }
+
+// TestDamageFoundWhileServing: damage the staging check could not see (made on the disk after
+// the volume was staged, in a directory the engine had not read yet) turns the volume read-only
+// when the engine meets it, and the volume condition names it.
+func TestDamageFoundWhileServing(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("mshowfat"); err != nil {
+		t.Skip("mshowfat not installed")
+	}
+	td := startDriver(t, "", nil)
+	id := createVolume(t, td, "served", nil)
+	dir := t.TempDir()
+	target := stageAndPublish(t, td, id, dir)
+	if err := os.Mkdir(filepath.Join(target, "D"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range damageFiles {
+		if err := os.WriteFile(filepath.Join(target, "D", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unpublishAndUnstage(t, td, id, dir)
+	img := filepath.Join(td.dir, "pool", "served.img")
+	cluster := firstCluster(t, img, "/D/A.TXT")
+	disk := openFAT16(t, img)
+	subdir := disk.g.ClusterOffset(firstCluster(t, img, "/D"))
+
+	// Nothing may read D between staging and the damage (NodeGetVolumeStats' inode count walks
+	// the tree).
+	target = stageAndPublish(t, td, id, dir)
+	// B.TXT's entry in D now starts on A.TXT's first cluster.
+	entries := disk.read(t, subdir, disk.g.ClusterSize)
+	found := false
+	for off := 0; off < len(entries); off += ondisk.DirEntrySize {
+		if string(entries[off:off+11]) == "B       TXT" {
+			var b [2]byte
+			binary.LittleEndian.PutUint16(b[:], uint16(cluster))
+			disk.write(t, subdir+int64(off)+26, b[:])
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no entry B.TXT in D")
+	}
+	_, errA := os.ReadFile(filepath.Join(target, "D", "A.TXT"))
+	_, errB := os.ReadFile(filepath.Join(target, "D", "B.TXT"))
+	if errA == nil && errB == nil {
+		t.Fatal("both files read whole from a cross-linked directory")
+	}
+	if err := os.WriteFile(filepath.Join(target, "NEW.TXT"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing after the damage was found: %v, want EROFS", err)
+	}
+	cond := condition(t, td, id, target)
+	if !cond.GetAbnormal() || !strings.Contains(cond.GetMessage(), "damage found while serving") {
+		t.Errorf("condition after the damage: %v; want abnormal, naming the damage", cond)
+	}
+	unpublishAndUnstage(t, td, id, dir)
+}

@@ -104,6 +104,9 @@ func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (ab
 	if err := sv.vol.Err(); err != nil {
 		return true, fmt.Sprintf("the volume takes no more writes: %v; unstage it and stage it again once the device is back", err)
 	}
+	if err := sv.vol.Damage(); err != nil {
+		return true, fmt.Sprintf("damage found while serving, changes are refused (check the unstaged volume with csi-fat fsck): %v", err)
+	}
 	if err := sv.srv.Failure(); err != nil {
 		return true, fmt.Sprintf("the mount went read-only after an I/O error (errors=remount-ro): %v", err)
 	}
