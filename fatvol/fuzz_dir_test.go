@@ -14,13 +14,13 @@ import (
 // path element, and looking it up finds an entry of that name.
 func FuzzDirIndex(f *testing.F) {
 	for _, s := range fuzzimage.MkfsSeeds(f) {
-		if dir := rootDirOf(s.Image); dir != nil {
+		if dir := fuzzimage.RootDir(s.Image, 2048); dir != nil {
 			f.Add(dir)
 		}
 	}
 	_, heads := fuzzimage.DosfstoolsSeeds(f, filepath.Join("..", "..", "shared", "dosfstools-tests"))
 	for _, s := range heads {
-		if dir := rootDirOf(s.Image); dir != nil {
+		if dir := fuzzimage.RootDir(s.Image, 2048); dir != nil {
 			f.Add(dir)
 		}
 	}
@@ -78,24 +78,4 @@ func checkSlot(t *testing.T, d *dirContent, off int, s slot) {
 	if found, ok := d.lookup(s.name); ok && ondisk.FoldName(d.slots[found].name) != ondisk.FoldName(s.name) {
 		t.Fatalf("%q finds the entry %q", s.name, d.slots[found].name)
 	}
-}
-
-// rootDirOf returns the first bytes of an image's root directory, nil when it has none.
-func rootDirOf(img []byte) []byte {
-	b, err := ondisk.ParseBootSector(img)
-	if err != nil {
-		return nil
-	}
-	g, err := b.Geometry(0)
-	if err != nil {
-		return nil
-	}
-	off := g.RootDirSector * int64(g.SectorSize)
-	if g.Type == ondisk.FAT32 {
-		off = g.ClusterOffset(g.RootCluster)
-	}
-	if off >= int64(len(img)) {
-		return nil
-	}
-	return img[off:min(int64(len(img)), off+2048)]
 }

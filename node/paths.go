@@ -16,6 +16,15 @@ import (
 // volume would hide that volume, or make directories inside it. Kubelet never sends such paths,
 // so they are refused before anything is touched.
 
+// checkRequestPath checks a path of a request: well formed (checkPath), and clear of the
+// driver's own directories.
+func (m *Manager) checkRequestPath(what, p string) error {
+	if err := checkPath(what, p); err != nil {
+		return err
+	}
+	return m.checkOwnDirs(what, p)
+}
+
 // checkOwnDirs refuses a path that is, lies inside, or contains the pool or the state directory.
 func (m *Manager) checkOwnDirs(what, p string) error {
 	for _, dir := range []string{m.cfg.PoolDir, m.cfg.StateDir} {

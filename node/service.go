@@ -47,10 +47,7 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	if err := s.m.checkOwnDirs("staging target path", req.GetStagingTargetPath()); err != nil {
+	if err := s.m.checkRequestPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
@@ -177,10 +174,7 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	if err := s.m.checkOwnDirs("staging target path", req.GetStagingTargetPath()); err != nil {
+	if err := s.m.checkRequestPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
 	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
@@ -239,16 +233,13 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	if err := checkPath("target path", req.GetTargetPath()); err != nil {
+	if err := s.m.checkRequestPath("target path", req.GetTargetPath()); err != nil {
 		return nil, err
 	}
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	if err := s.m.checkOwnDirs("target path", req.GetTargetPath()); err != nil {
 		return nil, err
 	}
 	if overlaps(req.GetTargetPath(), req.GetStagingTargetPath()) {
@@ -340,10 +331,7 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	if err := checkPath("target path", req.GetTargetPath()); err != nil {
-		return nil, err
-	}
-	if err := s.m.checkOwnDirs("target path", req.GetTargetPath()); err != nil {
+	if err := s.m.checkRequestPath("target path", req.GetTargetPath()); err != nil {
 		return nil, err
 	}
 	if s.m.isStagingPath(req.GetTargetPath()) {

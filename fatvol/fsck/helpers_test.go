@@ -61,7 +61,14 @@ func (r fsckFat) summary() (files, used, total int, ok bool) {
 
 func runFsckFat(t *testing.T, img string) fsckFat {
 	t.Helper()
-	cmd := exec.Command("fsck.fat", "-n", img)
+	return runFsckFatMode(t, "-n", img)
+}
+
+// runFsckFatMode runs fsck.fat with mode (-n, -a) on img and returns its exit code and output;
+// it fails the test only when fsck.fat could not run.
+func runFsckFatMode(t *testing.T, mode, img string) fsckFat {
+	t.Helper()
+	cmd := exec.Command("fsck.fat", mode, img)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -71,7 +78,7 @@ func runFsckFat(t *testing.T, img string) fsckFat {
 	case errors.As(err, &exit):
 		return fsckFat{exit.ExitCode(), string(out)}
 	}
-	t.Fatalf("fsck.fat -n %s: %v", img, err)
+	t.Fatalf("fsck.fat %s %s: %v", mode, img, err)
 	return fsckFat{}
 }
 

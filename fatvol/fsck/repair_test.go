@@ -3,12 +3,10 @@ package fsck
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -36,18 +34,11 @@ func repairImage(t *testing.T, img string) *RepairResult {
 // runFsckFatRepair is `fsck.fat -a` on img; it fails the test unless fsck.fat exits 0 or 1.
 func runFsckFatRepair(t *testing.T, img string) fsckFat {
 	t.Helper()
-	cmd := exec.Command("fsck.fat", "-a", img)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return fsckFat{0, string(out)}
-	case errors.As(err, &exit) && exit.ExitCode() == 1:
-		return fsckFat{1, string(out)}
+	r := runFsckFatMode(t, "-a", img)
+	if r.code > 1 {
+		t.Fatalf("fsck.fat -a %s: exit %d\n%s", img, r.code, r.out)
 	}
-	t.Fatalf("fsck.fat -a %s: %v\n%s", img, err, out)
-	return fsckFat{}
+	return r
 }
 
 // recName is how fsck.fat -a names the files it saves lost chains in.

@@ -94,26 +94,8 @@ func checkGeometry(t *testing.T, g ondisk.Geometry, device int64) {
 // bytes, long-name entries to the same fields, and a long name's units must come back from
 // LFNEntries after splitting it again.
 func FuzzDirEntries(f *testing.F) {
-	addImageHeads(f, func(img []byte) []byte {
-		// The fixed root directory of FAT12/16, or the first data cluster on FAT32: where
-		// entries are.
-		b, err := ondisk.ParseBootSector(img)
-		if err != nil {
-			return nil
-		}
-		g, err := b.Geometry(0)
-		if err != nil {
-			return nil
-		}
-		off := g.RootDirSector * int64(g.SectorSize)
-		if g.Type == ondisk.FAT32 {
-			off = g.ClusterOffset(g.RootCluster)
-		}
-		if off >= int64(len(img)) {
-			return nil
-		}
-		return img[off:min(int64(len(img)), off+1024)]
-	})
+	// The fixed root directory of FAT12/16, or the root cluster of FAT32: where entries are.
+	addImageHeads(f, func(img []byte) []byte { return fuzzimage.RootDir(img, 1024) })
 	f.Fuzz(func(t *testing.T, p []byte) {
 		for o := 0; o+ondisk.DirEntrySize <= len(p); o += ondisk.DirEntrySize {
 			raw := p[o : o+ondisk.DirEntrySize]

@@ -64,3 +64,24 @@ func repackFAT32(img []byte, clusters uint32) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// RootDir returns up to n bytes of an image's root directory (the fixed root of FAT12/16, the
+// root cluster of FAT32): where seed directory entries come from. nil when it has none.
+func RootDir(img []byte, n int) []byte {
+	b, err := ondisk.ParseBootSector(img)
+	if err != nil {
+		return nil
+	}
+	g, err := b.Geometry(0)
+	if err != nil {
+		return nil
+	}
+	off := g.RootDirSector * int64(g.SectorSize)
+	if g.Type == ondisk.FAT32 {
+		off = g.ClusterOffset(g.RootCluster)
+	}
+	if off >= int64(len(img)) {
+		return nil
+	}
+	return img[off:min(int64(len(img)), off+int64(n))]
+}
