@@ -119,29 +119,35 @@ func TestBadCreateVolume(t *testing.T) {
 	}
 }
 
-// TestBadVolumeIDs: hostile and foreign volume IDs in every call that takes one.
+// TestBadVolumeIDs: hostile, malformed and foreign volume IDs in every call that takes one. An
+// ID this driver could never have issued names a volume that does not exist, so every call
+// answers what the spec says for a missing volume (NotFound; DeleteVolume OK), and nothing is
+// made or removed on its account.
 func TestBadVolumeIDs(t *testing.T) {
 	td := startDriver(t, "", nil)
 	ctx := context.Background()
 	staging := filepath.Join(td.dir, "staging")
 	target := filepath.Join(td.dir, "target")
 	ids := []struct {
-		id   string
-		want codes.Code // for node calls; DeleteVolume differs for foreign IDs
+		id               string
+		want, wantDelete codes.Code
 	}{
-		{"", codes.InvalidArgument},
-		{"image:node-a:..", codes.InvalidArgument},
-		{"image:node-a:../../etc", codes.InvalidArgument},
-		{"image:node-a:a/b", codes.InvalidArgument},
-		{"image:node-a:a\x00b", codes.InvalidArgument},
-		{"image:node-a:" + strings.Repeat("x", node.MaxNameLength+1), codes.InvalidArgument},
-		{strings.Repeat("y", node.MaxVolumeIDLength+1), codes.InvalidArgument},
-		{"image:../node:v", codes.InvalidArgument},
-		{"tape:node-a:v", codes.InvalidArgument},
-		{"image:node-a", codes.InvalidArgument},
-		{"image:node-a:v:extra", codes.InvalidArgument},
-		{"image:node-b:v", codes.NotFound},
-		{"image:node-a:never-made", codes.NotFound},
+		{"", codes.InvalidArgument, codes.InvalidArgument}, // a required field is missing
+		{"image:node-a:..", codes.NotFound, codes.OK},
+		{"image:node-a:../../etc", codes.NotFound, codes.OK},
+		{"image:node-a:a/b", codes.NotFound, codes.OK},
+		{"image:node-a:a\x00b", codes.NotFound, codes.OK},
+		{"image:node-a:" + strings.Repeat("x", node.MaxNameLength+1), codes.NotFound, codes.OK},
+		{strings.Repeat("y", node.MaxVolumeIDLength+1), codes.NotFound, codes.OK},
+		{"image:../node:v", codes.NotFound, codes.OK},
+		{"tape:node-a:v", codes.NotFound, codes.OK},
+		{"image:node-a", codes.NotFound, codes.OK},
+		{"image:node-a:v:extra", codes.NotFound, codes.OK},
+		{"fake-vol-id-0123456789", codes.NotFound, codes.OK}, // csi-sanity's default
+		{"/etc/passwd", codes.NotFound, codes.OK},
+		// Another node's volume may exist there: deleting it here must not pretend to succeed.
+		{"image:node-b:v", codes.NotFound, codes.InvalidArgument},
+		{"image:node-a:never-made", codes.NotFound, codes.OK},
 	}
 	for _, tt := range ids {
 		if _, err := td.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: tt.id, StagingTargetPath: staging, VolumeCapability: rw}); code(err) != tt.want {
@@ -150,21 +156,20 @@ func TestBadVolumeIDs(t *testing.T) {
 		if _, err := td.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tt.id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: rw}); code(err) != tt.want {
 			t.Errorf("NodePublishVolume(%q): %v, want %v", tt.id, err, tt.want)
 		}
+		if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tt.id, TargetPath: target}); code(err) != tt.want {
+			t.Errorf("NodeUnpublishVolume(%q): %v, want %v", tt.id, err, tt.want)
+		}
+		if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: tt.id, StagingTargetPath: staging}); code(err) != tt.want {
+			t.Errorf("NodeUnstageVolume(%q): %v, want %v", tt.id, err, tt.want)
+		}
 		if _, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: tt.id, VolumePath: target}); code(err) != tt.want {
 			t.Errorf("NodeGetVolumeStats(%q): %v, want %v", tt.id, err, tt.want)
 		}
 		if _, err := td.ctrl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: tt.id, VolumeCapabilities: []*csi.VolumeCapability{rw}}); code(err) != tt.want {
 			t.Errorf("ValidateVolumeCapabilities(%q): %v, want %v", tt.id, err, tt.want)
 		}
-		wantDelete := tt.want
-		switch tt.id {
-		case "image:node-b:v":
-			wantDelete = codes.InvalidArgument // another node's volume is not deleted by pretending
-		case "image:node-a:never-made":
-			wantDelete = codes.OK // already gone
-		}
-		if _, err := td.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: tt.id}); code(err) != wantDelete {
-			t.Errorf("DeleteVolume(%q): %v, want %v", tt.id, err, wantDelete)
+		if _, err := td.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: tt.id}); code(err) != tt.wantDelete {
+			t.Errorf("DeleteVolume(%q): %v, want %v", tt.id, err, tt.wantDelete)
 		}
 	}
 	if _, err := os.Stat(staging); !os.IsNotExist(err) {
@@ -172,6 +177,56 @@ func TestBadVolumeIDs(t *testing.T) {
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("a refused NodePublishVolume made %s: %v", target, err)
+	}
+}
+
+// TestForeignIDKeepsVolumes: an ID that names a real volume's name under another pool, another
+// node or a mangled form reaches neither the volume nor its image: the volume stays staged,
+// published and listed, its image in the pool.
+func TestForeignIDKeepsVolumes(t *testing.T) {
+	requireFUSE(t)
+	td := startDriver(t, "", nil)
+	ctx := context.Background()
+	vol, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw},
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	staging := filepath.Join(td.dir, "staging")
+	target := filepath.Join(td.dir, "target")
+	if _, err := td.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: rw}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: rw}); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{"usb:node-a:v", "image:node-b:v", "v", "image:node-a:v:", "image:node-a:./v"} {
+		if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: other, TargetPath: target}); code(err) != codes.NotFound {
+			t.Errorf("NodeUnpublishVolume(%q): %v, want NotFound", other, err)
+		}
+		if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: other, StagingTargetPath: staging}); code(err) != codes.NotFound {
+			t.Errorf("NodeUnstageVolume(%q): %v, want NotFound", other, err)
+		}
+		if _, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: other, VolumePath: target}); code(err) != codes.NotFound {
+			t.Errorf("NodeGetVolumeStats(%q): %v, want NotFound", other, err)
+		}
+		td.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: other})
+	}
+	if _, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target}); err != nil {
+		t.Errorf("the volume after foreign IDs: %v", err)
+	}
+	if files := poolFiles(t, td); len(files) != 1 || files[0] != "v.img" {
+		t.Errorf("pool holds %v, want [v.img]", files)
+	}
+	if err := os.WriteFile(filepath.Join(target, "STILL.TXT"), []byte("here"), 0o644); err != nil {
+		t.Errorf("the target after foreign IDs: %v", err)
+	}
+	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -21,26 +21,33 @@ import (
 )
 
 // idGen makes volume IDs of this driver's form that name no volume, so that sanity's
-// "unknown volume" cases reach the look-up rather than stopping at validation.
+// "unknown volume" cases reach the look-up rather than stopping at parsing; its invalid IDs are
+// of the form with a name the driver never issues.
 type idGen struct{ n atomic.Int64 }
 
 func (g *idGen) GenerateUniqueValidVolumeID() string {
 	return node.VolumeID{Pool: node.PoolImage, Node: testNode, Name: fmt.Sprintf("no-such-volume-%d", g.n.Add(1))}.String()
 }
-func (g *idGen) GenerateInvalidVolumeID() string   { return g.GenerateUniqueValidVolumeID() }
+func (g *idGen) GenerateInvalidVolumeID() string {
+	return node.PoolImage + ":" + testNode + ":../no-such-volume"
+}
 func (g *idGen) GenerateUniqueValidNodeID() string { return fmt.Sprintf("node-%d", g.n.Add(1)) }
 func (g *idGen) GenerateInvalidNodeID() string     { return "no-such-node" }
 
 const sanityVolumeSize = 64 << 20
 
-func sanityConfig(td *testDriver, params map[string]string) sanity.TestConfig {
+// sanityConfig configures a run against td. realisticIDs chooses idGen; without it the run
+// uses csi-sanity's own default IDs ("fake-vol-id-…"), as csi-sanity run from outside does.
+func sanityConfig(td *testDriver, params map[string]string, realisticIDs bool) sanity.TestConfig {
 	cfg := sanity.NewTestConfig()
 	cfg.Address = td.endpoint
 	cfg.TargetPath = filepath.Join(td.dir, "sanity-target")
 	cfg.StagingPath = filepath.Join(td.dir, "sanity-staging")
 	cfg.TestVolumeSize = sanityVolumeSize
 	cfg.TestVolumeParameters = params
-	cfg.IDGen = &idGen{}
+	if realisticIDs {
+		cfg.IDGen = &idGen{}
+	}
 	// csi-test v5.4's Connect waits for a change away from the state it reads after dialling; a
 	// connection that is already ready by then never changes, and Connect times out after a
 	// minute. A handshake that takes a moment keeps the connection from getting ready first.
@@ -68,25 +75,31 @@ func (s slowHandshake) Clone() credentials.TransportCredentials {
 	return slowHandshake{s.TransportCredentials.Clone()}
 }
 
-// TestSanity runs csi-sanity against two real servers on unix sockets: one with the image
-// pool (sparse image files), one with the USB pool on loop devices behind a fake sysfs tree.
-// Volumes are served through real FUSE mounts and bind mounts.
+// TestSanity runs csi-sanity against real servers on unix sockets: the image pool (sparse
+// image files) with realistic IDs and with csi-sanity's default IDs, and the USB pool on loop
+// devices behind a fake sysfs tree, likewise. Volumes are served through real FUSE mounts and
+// bind mounts. Every capability the driver claims is tested; specs are skipped only for those it
+// does not claim.
 func TestSanity(t *testing.T) {
 	requireFUSE(t)
-	images := startDriver(t, "", nil)
-	imageCfg := sanityConfig(images, map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush})
-	Describe("image pool", func() { sanity.GinkgoTest(&imageCfg) })
+	imageParams := map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush}
+	for _, realistic := range []bool{true, false} {
+		cfg := sanityConfig(startDriver(t, "", nil), imageParams, realistic)
+		Describe(fmt.Sprintf("image pool, realistic IDs %v", realistic), func() { sanity.GinkgoTest(&cfg) })
+	}
 
 	if why := usbtest.Available(); why != "" {
 		t.Errorf("the usb pool's sanity run cannot run: %s", why)
 	} else {
-		fake := usbtest.New(t)
-		for i := 0; i < 4; i++ {
-			fake.Add(t, sanityVolumeSize, "Fake", "Stick", fmt.Sprintf("SANITY%04d", i))
+		usbParams := map[string]string{node.ParamPool: node.PoolUSB, node.ParamReclaim: node.ReclaimWipe}
+		for _, realistic := range []bool{true, false} {
+			fake := usbtest.New(t)
+			for i := 0; i < 4; i++ {
+				fake.Add(t, sanityVolumeSize, "Fake", "Stick", fmt.Sprintf("SANITY%v%04d", realistic, i))
+			}
+			cfg := sanityConfig(startDriver(t, "", withUSB(fake)), usbParams, realistic)
+			Describe(fmt.Sprintf("usb pool, realistic IDs %v", realistic), func() { sanity.GinkgoTest(&cfg) })
 		}
-		usb := startDriver(t, "", withUSB(fake))
-		usbCfg := sanityConfig(usb, map[string]string{node.ParamPool: node.PoolUSB, node.ParamReclaim: node.ReclaimWipe})
-		Describe("usb pool", func() { sanity.GinkgoTest(&usbCfg) })
 	}
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "csi-fat sanity")

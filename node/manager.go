@@ -129,12 +129,17 @@ func (m *Manager) saveLocked() error {
 	return nil
 }
 
-// ownID parses a volume ID and checks that it names a volume of this node: any other is
-// NotFound here.
+// ownID parses a volume ID and checks that it names a volume of this node. An empty ID is
+// InvalidArgument (the field is required); any other ID that does not parse is one this driver
+// could never have issued, so it names a volume that does not exist: NotFound, as the spec has
+// it for a missing volume. Such an ID never yields a name, so it never reaches a file path.
 func (m *Manager) ownID(volumeID string) (VolumeID, error) {
+	if volumeID == "" {
+		return VolumeID{}, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
 	id, err := ParseVolumeID(volumeID)
 	if err != nil {
-		return id, status.Error(codes.InvalidArgument, err.Error())
+		return VolumeID{}, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
 	}
 	if id.Node != m.cfg.NodeID {
 		return id, status.Errorf(codes.NotFound, "volume %s lives on node %s, this is node %s", volumeID, id.Node, m.cfg.NodeID)
@@ -153,8 +158,8 @@ func (m *Manager) record(id VolumeID) (VolumeRecord, error) {
 	return *v, nil
 }
 
-// Volume returns the record of the volume with this ID: InvalidArgument for a malformed ID,
-// NotFound for one that is not here.
+// Volume returns the record of the volume with this ID: InvalidArgument for an empty ID,
+// NotFound for any other that names no volume here.
 func (m *Manager) Volume(volumeID string) (VolumeRecord, error) {
 	id, err := m.ownID(volumeID)
 	if err != nil {
@@ -243,15 +248,21 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 }
 
 // DeleteVolume removes a volume: its image, or its claim on a USB device after the reclaim
-// policy. A volume that does not exist is already deleted.
+// policy. A volume that does not exist is already deleted, and so is one whose ID this driver
+// could never have issued.
 func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
+	if volumeID == "" {
+		return status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
 	id, err := ParseVolumeID(volumeID)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		klog.V(2).InfoS("deleting a volume whose ID this driver never issues: nothing to do", "volume", volumeID, "reason", err)
+		return nil
 	}
 	if id.Node != m.cfg.NodeID {
-		// Deleting it here would succeed without removing anything: the volume is elsewhere.
-		return status.Errorf(codes.InvalidArgument, "volume %s lives on node %s; this is node %s", volumeID, id.Node, m.cfg.NodeID)
+		// The volume may well exist on its own node: answering OK here would let the CO forget a
+		// volume that still holds data there. Only that node's controller can delete it.
+		return status.Errorf(codes.InvalidArgument, "volume %s lives on node %s; this is node %s, whose controller deletes only its own volumes", volumeID, id.Node, m.cfg.NodeID)
 	}
 	unlock, err := m.lock(id.Name, "DeleteVolume")
 	if err != nil {

@@ -43,9 +43,8 @@ func checkPath(what, p string) error {
 
 // NodeStageVolume serves the volume through FUSE at the staging path.
 func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	id, err := ParseVolumeID(req.GetVolumeId())
-	if err != nil {
-		return nil, invalid("%v", err)
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is missing")
 	}
 	if err := s.m.checkRequestPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
@@ -53,7 +52,8 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
-	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+	id, err := s.m.ownID(req.GetVolumeId())
+	if err != nil {
 		return nil, err
 	}
 	unlock, err := s.m.lock(id.Name, "NodeStageVolume")
@@ -170,14 +170,14 @@ func isCorrupted(path string) bool {
 // NodeUnstageVolume unmounts the staging path once nothing is published from it, writing
 // everything back and marking the file system clean.
 func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	id, err := ParseVolumeID(req.GetVolumeId())
-	if err != nil {
-		return nil, invalid("%v", err)
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is missing")
 	}
 	if err := s.m.checkRequestPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+	id, err := s.m.ownID(req.GetVolumeId())
+	if err != nil {
 		return nil, err
 	}
 	unlock, err := s.m.lock(id.Name, "NodeUnstageVolume")
@@ -187,17 +187,25 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	defer unlock()
 	path := filepath.Clean(req.GetStagingTargetPath())
 	m := s.m
+	_, missing := m.record(id)
 	m.mu.Lock()
 	st := m.state.Staged[id.Name]
 	targets := m.state.targetsOf(id.Name)
 	sv := m.served[id.Name]
 	m.mu.Unlock()
+	if missing != nil {
+		st = nil // another pool's volume of the same name is not this one
+	}
 	if st == nil || st.Path != path {
 		// Not staged here: only a dead mount can be left to clean.
 		if isCorrupted(path) {
 			if err := m.mounts.detachAll(path); err != nil {
 				return nil, status.Error(codes.Internal, err.Error())
 			}
+			return &csi.NodeUnstageVolumeResponse{}, nil
+		}
+		if missing != nil {
+			return nil, missing // the spec's answer for a volume that does not exist
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
@@ -229,9 +237,8 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 
 // NodePublishVolume bind-mounts the staged volume at the target path.
 func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	id, err := ParseVolumeID(req.GetVolumeId())
-	if err != nil {
-		return nil, invalid("%v", err)
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is missing")
 	}
 	if err := s.m.checkRequestPath("target path", req.GetTargetPath()); err != nil {
 		return nil, err
@@ -245,7 +252,8 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if overlaps(req.GetTargetPath(), req.GetStagingTargetPath()) {
 		return nil, invalid("target path %s overlaps the staging target path %s", req.GetTargetPath(), req.GetStagingTargetPath())
 	}
-	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+	id, err := s.m.ownID(req.GetVolumeId())
+	if err != nil {
 		return nil, err
 	}
 	unlock, err := s.m.lock(id.Name, "NodePublishVolume")
@@ -327,9 +335,8 @@ func (m *Manager) publish(name, staging, target string, readOnly bool) error {
 
 // NodeUnpublishVolume writes the volume back, unmounts the target and removes it.
 func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	id, err := ParseVolumeID(req.GetVolumeId())
-	if err != nil {
-		return nil, invalid("%v", err)
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is missing")
 	}
 	if err := s.m.checkRequestPath("target path", req.GetTargetPath()); err != nil {
 		return nil, err
@@ -338,7 +345,8 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 		// Unmounting there would take a staged volume away from under its targets.
 		return nil, invalid("target path %s overlaps where a volume is staged", req.GetTargetPath())
 	}
-	if _, err := s.m.ownID(req.GetVolumeId()); err != nil {
+	id, err := s.m.ownID(req.GetVolumeId())
+	if err != nil {
 		return nil, err
 	}
 	unlock, err := s.m.lock(id.Name, "NodeUnpublishVolume")
@@ -348,11 +356,16 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 	defer unlock()
 	m := s.m
 	target := filepath.Clean(req.GetTargetPath())
+	_, missing := m.record(id)
+	exists := missing == nil
 	m.mu.Lock()
 	pub := m.state.Published[target]
 	sv := m.served[id.Name]
-	_, exists := m.state.Volumes[id.Name]
 	m.mu.Unlock()
+	if pub != nil && !exists {
+		// The target holds a volume of this name under another ID (another pool's): not this one.
+		return nil, missing
+	}
 	if pub != nil && pub.Name != id.Name {
 		return nil, status.Errorf(codes.FailedPrecondition, "target %s holds volume %s, not %s", target, pub.Name, id.Name)
 	}

@@ -127,8 +127,8 @@ func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (ab
 
 // NodeGetVolumeStats reports bytes, inodes and the volume's condition.
 func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	if _, err := ParseVolumeID(req.GetVolumeId()); err != nil {
-		return nil, invalid("%v", err)
+	if req.GetVolumeId() == "" {
+		return nil, invalid("volume ID is missing")
 	}
 	if req.GetVolumePath() == "" {
 		return nil, invalid("volume path is missing")
