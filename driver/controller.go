@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -143,6 +144,41 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	}}, nil
 }
 
+// listTokenPrefix starts every ListVolumes token: the rest is the name of the last volume of the
+// page before. Volumes are listed in name order, so a page goes on after that name whether or
+// not the volume still exists: none is listed twice, and none that existed throughout is missed.
+const listTokenPrefix = "after:"
+
+// ListVolumes lists this node's volumes (each node's controller knows its own: provisioning is
+// distributed), a page at a time.
+func (c *controller) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, invalid("max_entries %d is negative", req.GetMaxEntries())
+	}
+	after := ""
+	if t := req.GetStartingToken(); t != "" {
+		name, ok := strings.CutPrefix(t, listTokenPrefix)
+		if !ok || node.ValidateName(name) != nil {
+			return nil, status.Errorf(codes.Aborted, "starting token %q is not one ListVolumes gave; start again without one", t)
+		}
+		after = name
+	}
+	recs, more := c.m.ListVolumes(after, int(req.GetMaxEntries()))
+	resp := &csi.ListVolumesResponse{}
+	for _, rec := range recs {
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: &csi.Volume{
+			VolumeId:           rec.ID,
+			CapacityBytes:      rec.Size,
+			VolumeContext:      rec.Params.Map(),
+			AccessibleTopology: []*csi.Topology{c.topology()},
+		}})
+	}
+	if more {
+		resp.NextToken = listTokenPrefix + recs[len(recs)-1].Name
+	}
+	return resp, nil
+}
+
 // GetCapacity reports the largest volume that can still be made on this node with these
 // parameters; 0 for a topology that is not this node's or capabilities it cannot serve.
 func (c *controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
@@ -177,6 +213,7 @@ func (c *controller) ControllerGetCapabilities(ctx context.Context, req *csi.Con
 	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +188,8 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 	m.mu.Unlock()
 	if exists {
 		switch {
+		case existing.Ephemeral:
+			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
 		case existing.Params != params:
 			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
 		case existing.Size < required || (limit != 0 && existing.Size > limit):
@@ -438,4 +442,22 @@ func (m *Manager) Release() {
 			}
 		}
 	}
+}
+
+// ListVolumes returns this node's provisioned volumes in name order: those whose names sort
+// after the name after ("" for the start), at most limit of them (0 for all), and whether more
+// follow. Ephemeral inline volumes belong to their pods, not to the controller, and are left out.
+func (m *Manager) ListVolumes(after string, limit int) (recs []VolumeRecord, more bool) {
+	m.mu.Lock()
+	for _, v := range m.state.Volumes {
+		if !v.Ephemeral && v.Name > after {
+			recs = append(recs, *v)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(recs, func(a, b VolumeRecord) int { return strings.Compare(a.Name, b.Name) })
+	if limit > 0 && len(recs) > limit {
+		return recs[:limit], true
+	}
+	return recs, false
 }

@@ -23,6 +23,9 @@ type VolumeRecord struct {
 	// Device is a USB volume's device, by its stable identity (see usbDevice.ID), never a
 	// /dev/sdX name, so that it is found again after re-plugging.
 	Device string `json:"device,omitempty"`
+	// Ephemeral marks a CSI ephemeral inline volume: made by NodePublishVolume for one pod and
+	// removed by its NodeUnpublishVolume; its ID is the CO's, not of this driver's form.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // StageRecord is a volume served through FUSE at its staging path.
