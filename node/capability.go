@@ -54,3 +54,13 @@ func checkAccessMode(am *csi.VolumeCapability_AccessMode) error {
 func readOnlyMode(c *csi.VolumeCapability) bool {
 	return c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 }
+
+// multiTarget tells whether an access mode lets a volume be published at more than one target
+// on its node at a time. The spec's table for plugins with the SINGLE_NODE_MULTI_WRITER
+// capability allows it for SINGLE_NODE_MULTI_WRITER only; SINGLE_NODE_SINGLE_WRITER
+// (ReadWriteOncePod) and the older SINGLE_NODE_WRITER and SINGLE_NODE_READER_ONLY are published
+// once. Kubernetes asks for SINGLE_NODE_MULTI_WRITER for ReadWriteOnce from drivers that claim
+// the capability, so pods on one node still share a ReadWriteOnce volume.
+func multiTarget(mode csi.VolumeCapability_AccessMode_Mode) bool {
+	return mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
+}

@@ -292,14 +292,21 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 		if have.ReadOnly != readOnly {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with readOnly=%v", id, target, have.ReadOnly)
 		}
+		if int32(mode) != st.AccessMode {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with access mode %s", id, target, csi.VolumeCapability_AccessMode_Mode(st.AccessMode))
+		}
 		if healthy(target) == nil {
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 	}
-	single := mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
-		st.AccessMode == int32(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)
-	if single && !readOnly && len(others) > 0 && !(len(others) == 1 && others[0] == target) {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is published at %v", id, others)
+	// The access mode is the volume's on this node, fixed at staging: a publish that asks for
+	// another one is refused, so every target of a volume has the staging's mode.
+	if int32(mode) != st.AccessMode {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged with access mode %s; it cannot be published with %s",
+			id, csi.VolumeCapability_AccessMode_Mode(st.AccessMode), mode)
+	}
+	if !multiTarget(mode) && len(others) > 0 && !(len(others) == 1 && others[0] == target) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s has access mode %s, which allows one target, and is published at %v", id, mode, others)
 	}
 	if st.ReadOnly && !readOnly {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged read-only; it cannot be published read-write", id)
