@@ -116,6 +116,7 @@ func New(cfg Config) (*Driver, error) {
 		// kubelet's next NodeStageVolume tries again.
 		klog.ErrorS(err, "restoring staged volumes")
 	}
+	m.RemoveOrphanedEphemeral()
 	d := &Driver{cfg: cfg, manager: m, socket: socket, served: make(chan error, 2)}
 	d.metrics = newMetrics(m)
 	d.server = grpc.NewServer(grpc.UnaryInterceptor(d.metrics.intercept))

@@ -246,6 +246,9 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
+	if isEphemeral(req.GetVolumeContext()) {
+		return s.publishEphemeral(ctx, req)
+	}
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
@@ -352,6 +355,10 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 		// Unmounting there would take a staged volume away from under its targets.
 		return nil, invalid("target path %s overlaps where a volume is staged", req.GetTargetPath())
 	}
+	if _, err := ParseVolumeID(req.GetVolumeId()); err != nil || s.m.isEphemeralID(req.GetVolumeId()) {
+		// An inline volume's ID, the CO's own, or an ID of none.
+		return s.unpublishEphemeral(req.GetVolumeId(), filepath.Clean(req.GetTargetPath()))
+	}
 	id, err := s.m.ownID(req.GetVolumeId())
 	if err != nil {
 		return nil, err
@@ -381,33 +388,42 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 			return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
 		}
 	}
+	if err := m.unbind(id.String(), target, pub, sv); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unbind writes the volume back, unmounts the target, removes it and drops its record (pub, when
+// there is one). volume names the volume in errors and logs. The caller holds the volume's lock.
+func (m *Manager) unbind(volume, target string, pub *PublishRecord, sv *servedVolume) error {
 	if pub != nil && sv != nil && !sv.gone() {
 		if err := sv.vol.Sync(); err != nil {
-			klog.ErrorS(err, "writing back before unpublishing", "volume", id.String())
+			klog.ErrorS(err, "writing back before unpublishing", "volume", volume)
 		}
 	}
 	mounted, err := m.mounts.isMountPoint(target)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return status.Errorf(codes.Internal, "unpublish %s: %v", volume, err)
 	}
 	if mounted {
 		if err := m.mounts.unmount(target); err != nil {
-			return nil, status.Errorf(codes.Internal, "unpublish %s: %v", id, err)
+			return status.Errorf(codes.Internal, "unpublish %s: %v", volume, err)
 		}
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, status.Errorf(codes.Internal, "remove target path: %v", err)
+		return status.Errorf(codes.Internal, "unpublish %s: remove target path: %v", volume, err)
 	}
 	if pub != nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		delete(m.state.Published, target)
 		if err := m.saveLocked(); err != nil {
-			return nil, err
+			return err
 		}
-		klog.InfoS("unpublished volume", "volume", id.String(), "target", target)
+		klog.InfoS("unpublished volume", "volume", volume, "target", target)
 	}
-	return &csi.NodeUnpublishVolumeResponse{}, nil
+	return nil
 }
 
 // NodeGetInfo names the node, its topology and how many volumes it takes.

@@ -133,7 +133,7 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	if req.GetVolumePath() == "" {
 		return nil, invalid("volume path is missing")
 	}
-	rec, err := s.m.Volume(req.GetVolumeId())
+	rec, err := s.m.nodeVolume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
