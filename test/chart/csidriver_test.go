@@ -30,8 +30,19 @@ func TestCSIDriverSpec(t *testing.T) {
 	if s.FSGroupPolicy != "File" {
 		t.Errorf("fsGroupPolicy %q, want File", s.FSGroupPolicy)
 	}
-	if !slices.Equal(s.VolumeLifecycleModes, []string{"Persistent"}) {
-		t.Errorf("volumeLifecycleModes %v, want [Persistent] (no inline ephemeral volumes)", s.VolumeLifecycleModes)
+	// The driver serves inline volumes (NodePublishVolume with the ephemeral context).
+	if !slices.Equal(s.VolumeLifecycleModes, []string{"Persistent", "Ephemeral"}) {
+		t.Errorf("volumeLifecycleModes %v, want [Persistent Ephemeral]", s.VolumeLifecycleModes)
+	}
+}
+
+// TestInlineVolumesOff: inlineVolumes.enabled=false leaves Persistent volumes only, so the
+// kubelet refuses inline volumes of the driver.
+func TestInlineVolumesOff(t *testing.T) {
+	var d csiDriver
+	render(t, "--set", "inlineVolumes.enabled=false").get(t, "CSIDriver", &d)
+	if !slices.Equal(d.Spec.VolumeLifecycleModes, []string{"Persistent"}) {
+		t.Errorf("volumeLifecycleModes %v with inlineVolumes.enabled=false, want [Persistent]", d.Spec.VolumeLifecycleModes)
 	}
 }
 

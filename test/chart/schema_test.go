@@ -27,6 +27,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"port range", []string{"--set", "driver.healthPort=70000"}, []string{"--set", "driver.healthPort=9808"}, "healthPort"},
 		{"reserve size", []string{"--set", "driver.reserve=1GB"}, []string{"--set", "driver.reserve=512M"}, "reserve"},
 		{"duration", []string{"--set", "provisioner.timeout=60"}, []string{"--set", "provisioner.timeout=2m"}, "timeout"},
+		{"inline volumes switch", []string{"--set", "inlineVolumes.enabled=sometimes"}, []string{"--set", "inlineVolumes.enabled=false"}, "/inlineVolumes/enabled"},
 		{"deny list of strings", []string{"--set", "usb.deny.vendor=Acme"}, []string{"--set-json", `usb.deny.vendor=["Acme"]`}, "/usb/deny/vendor"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
