@@ -81,9 +81,12 @@ func claimObject(ns, name, class, size string) map[string]any {
 	return c
 }
 
-// podVolume is a claim a pod mounts.
+// podVolume is a claim a pod mounts, or an inline volume of the driver.
 type podVolume struct {
-	claim    string
+	claim string
+	// inline, when not nil, makes the volume a CSI ephemeral inline volume of the driver with
+	// these volumeAttributes instead of a claim.
+	inline   map[string]string
 	path     string
 	readOnly bool // the claim is mounted read-only (persistentVolumeClaim.readOnly)
 	// propagation is the mount's mountPropagation ("" for the default, None).
@@ -111,6 +114,13 @@ func podObject(ns string, s podSpec) map[string]any {
 			m["mountPropagation"] = v.propagation
 		}
 		mounts = append(mounts, m)
+		if v.inline != nil {
+			volumes = append(volumes, map[string]any{
+				"name": vname,
+				"csi":  map[string]any{"driver": driverName, "readOnly": v.readOnly, "volumeAttributes": v.inline},
+			})
+			continue
+		}
 		volumes = append(volumes, map[string]any{
 			"name":                  vname,
 			"persistentVolumeClaim": map[string]any{"claimName": v.claim, "readOnly": v.readOnly},
