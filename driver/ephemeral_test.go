@@ -176,6 +176,30 @@ func TestEphemeral(t *testing.T) {
 	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: inlineID, TargetPath: target}); err != nil {
 		t.Fatal(err)
 	}
+
+	// Read-only access is served read-only, down to the FUSE mount.
+	if _, err := td.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: inlineID, TargetPath: target,
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY), VolumeContext: inlineContext(attrs)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "NO.TXT"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing to a read-only inline volume: %v, want EROFS", err)
+	}
+	served := mountsUnder(t, filepath.Join(td.dir, "state"))
+	if len(served) != 1 {
+		t.Errorf("the inline volume is served at %v, want one mount in the state directory", served)
+	}
+	for _, mp := range served {
+		if err := os.WriteFile(filepath.Join(mp, "NO.TXT"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("writing where the read-only inline volume is served: %v, want EROFS", err)
+		}
+	}
+	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: inlineID, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if files := poolFiles(t, td); len(files) != 0 {
+		t.Errorf("pool after the read-only inline volume: %v", files)
+	}
 }
 
 // TestEphemeralRestart: the plugin's process dies with an inline volume published; the next one

@@ -150,6 +150,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 	readOnly := req.GetReadonly() || readOnlyMode(c)
 	want := StageRecord{
 		Path:       m.ephemeralStaging(name),
+		ReadOnly:   readOnlyMode(c),
 		MountFlags: c.GetMount().GetMountFlags(),
 		MountGroup: c.GetMount().GetVolumeMountGroup(),
 		AccessMode: int32(c.GetAccessMode().GetMode()),
