@@ -17,8 +17,8 @@ func TestCSIDriverSpec(t *testing.T) {
 		got   *bool
 		want  bool
 	}{
-		{"attachRequired", s.AttachRequired, false}, // no ControllerPublish
-		{"podInfoOnMount", s.PodInfoOnMount, true},
+		{"attachRequired", s.AttachRequired, false},  // no ControllerPublish
+		{"podInfoOnMount", s.PodInfoOnMount, true},   // inline volumes need it: the ephemeral flag comes with the pod info
 		{"storageCapacity", s.StorageCapacity, true}, // the provisioners publish capacity
 	} {
 		if c.got == nil || *c.got != c.want {
