@@ -178,6 +178,17 @@ func TestBadVolumeIDs(t *testing.T) {
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("a refused NodePublishVolume made %s: %v", target, err)
 	}
+	// A directory left at a target with no record (a publish that failed half way) is cleaned
+	// up by NodeUnpublishVolume whatever the ID, so kubelet's clean-up is not stuck on it.
+	if err := os.Mkdir(target, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "fake-vol-id-0123456789", TargetPath: target}); err != nil {
+		t.Errorf("NodeUnpublishVolume of a leftover target: %v", err)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("the leftover target remains: %v", err)
+	}
 }
 
 // TestForeignIDKeepsVolumes: an ID that names a real volume's name under another pool, another
