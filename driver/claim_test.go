@@ -87,8 +87,16 @@ func fuseMounted(t *testing.T, dir string) bool {
 // stop unmounts and waits for a clean exit.
 func (m *cliMount) stop(t *testing.T) {
 	t.Helper()
-	if out, err := exec.Command("fusermount3", "-u", m.dir).CombinedOutput(); err != nil {
-		t.Fatalf("fusermount3 -u %s: %v %s", m.dir, err, out)
+	// Retried while busy: the kernel may hold the mount for a file closed a moment ago until
+	// the server has answered its release.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command("fusermount3", "-u", m.dir).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			t.Fatalf("fusermount3 -u %s: %v %s", m.dir, err, out)
+		}
 	}
 	select {
 	case err := <-m.exited:

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -130,20 +131,17 @@ func TestMountClaimImage(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(ro.dir, "first.txt")); err != nil || string(got) != "the first writer's" {
 		t.Errorf("read-only mount beside the writer: %q, %v", got, err)
 	}
-	if !strings.Contains(ro.stderr.String(), "warning: "+img+" is in use by a writer ("+holder) {
-		t.Errorf("read-only mount beside the writer did not warn: %s", ro.stderr)
-	}
 	if err := os.WriteFile(filepath.Join(ro.dir, "no.txt"), nil, 0o644); !errors.Is(err, unix.EROFS) {
 		t.Errorf("write to the read-only mount: %v", err)
 	}
-	if out, err := exec.Command("fusermount3", "-u", ro.dir).CombinedOutput(); err != nil {
-		t.Fatalf("fusermount3 -u: %v %s", err, out)
-	}
+	unmountSoon(t, ro.dir)
 	ro.wait(t)
-
-	if out, err := exec.Command("fusermount3", "-u", p.dir).CombinedOutput(); err != nil {
-		t.Fatalf("fusermount3 -u: %v %s", err, out)
+	// Read once it exited: until then the copy into the buffer may still be running.
+	if !strings.Contains(ro.stderr.String(), "warning: "+img+" is in use by a writer ("+holder) {
+		t.Errorf("read-only mount beside the writer did not warn: %s", ro.stderr)
 	}
+
+	unmountSoon(t, p.dir)
 	if code := p.wait(t); code != 0 {
 		t.Fatalf("first mount exit %d\n%s", code, p.stderr)
 	}
@@ -155,10 +153,23 @@ func TestMountClaimImage(t *testing.T) {
 	}
 	// Released at exit: the next writer is let in.
 	p2 := startMount(t, bin, img)
-	if out, err := exec.Command("fusermount3", "-u", p2.dir).CombinedOutput(); err != nil {
-		t.Fatalf("fusermount3 -u: %v %s", err, out)
-	}
+	unmountSoon(t, p2.dir)
 	p2.wait(t)
+}
+
+// unmountSoon unmounts a FUSE mount, retrying while it is busy: the kernel may still hold the
+// mount for a file closed a moment ago until the server has answered its release.
+func unmountSoon(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command("fusermount3", "-u", dir).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			t.Fatalf("fusermount3 -u %s: %v %s", dir, err, out)
+		}
+	}
 }
 
 // attachLoop attaches file as a loop device and detaches it at cleanup.
@@ -204,9 +215,7 @@ func TestMountClaimLoopDevice(t *testing.T) {
 	}
 	checkBeside(t, bin, dev, fmt.Sprintf("open for writing by pid %d, csi-fat mount", p.cmd.Process.Pid))
 
-	if out, err := exec.Command("fusermount3", "-u", p.dir).CombinedOutput(); err != nil {
-		t.Fatalf("fusermount3 -u: %v %s", err, out)
-	}
+	unmountSoon(t, p.dir)
 	if code := p.wait(t); code != 0 {
 		t.Fatalf("mount exit %d\n%s", code, p.stderr)
 	}
