@@ -23,9 +23,13 @@ const maxListedProblems = 5
 func checkBeforeServing(rec VolumeRecord, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
 	policy := rec.Params.onDamage()
 	repair := !readOnly && policy != OnDamageReadOnly
-	dev, err := blockdev.Open(devPath, !repair)
+	claim := blockdev.ExclusiveReadOnly
+	if repair {
+		claim = blockdev.Exclusive
+	}
+	dev, err := blockdev.OpenClaimed(devPath, claim)
 	if err != nil {
-		return false, "", status.Errorf(codes.Internal, "volume %s: open %s to check it: %v", rec.ID, devPath, err)
+		return false, "", status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to check it: %v", rec.ID, devPath, err)
 	}
 	defer dev.Close()
 	var res *fsck.RepairResult

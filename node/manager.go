@@ -320,7 +320,7 @@ func (m *Manager) wipeUSB(rec VolumeRecord) error {
 	p := rec.Params
 	p.Adopt = false
 	if err := formatDevice(dev.Path, p); err != nil {
-		return status.Errorf(codes.Internal, "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
+		return status.Errorf(claimCode(err, codes.Internal), "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
 	}
 	return nil
 }

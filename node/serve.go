@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
@@ -83,9 +85,12 @@ func volumeOptions(opts fatfuse.Options, mode string) fatvol.Options {
 // engineLogger sends the engine's log to klog.
 func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Background())) }
 
-// serveVolume opens the device at devicePath and serves it at stagingPath.
+// serveVolume opens the device at devicePath and serves it at stagingPath. The device is
+// claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
+// served volume would corrupt what it serves) until the volume is closed; a device another
+// writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
 func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {
-	file, err := blockdev.Open(devicePath, opts.ReadOnly)
+	file, err := blockdev.OpenClaimed(devicePath, stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +113,23 @@ func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mod
 		close(sv.done)
 	}()
 	return sv, nil
+}
+
+// stagingClaim is the claim staging takes on a volume's device.
+func stagingClaim(readOnly bool) blockdev.Claim {
+	if readOnly {
+		return blockdev.ExclusiveReadOnly
+	}
+	return blockdev.Exclusive
+}
+
+// claimCode is FailedPrecondition for a medium another writer holds (it may be retried once
+// that writer is done), else fallback.
+func claimCode(err error, fallback codes.Code) codes.Code {
+	if errors.Is(err, blockdev.ErrInUse) {
+		return codes.FailedPrecondition
+	}
+	return fallback
 }
 
 // gone tells whether the FUSE mount has ended, e.g. unmounted from outside.

@@ -142,7 +142,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 	}
 	sv, err := serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
 	if err != nil {
-		return status.Errorf(codes.Internal, "serve volume %s at %s: %v", rec.ID, st.Path, err)
+		return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 	}
 	sv.damage = damage
 	m.mu.Lock()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -64,7 +65,10 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 			}
 			return d, nil
 		}
-		if err := formatDevice(d.Path, params); err != nil {
+		if err := formatDevice(d.Path, params); errors.Is(err, blockdev.ErrInUse) {
+			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
+			continue
+		} else if err != nil {
 			return usbDevice{}, status.Errorf(codes.Internal, "format usb device %s (%s): %v", d.ID, d.Path, err)
 		}
 		return d, nil
@@ -76,7 +80,8 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 	return usbDevice{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, required, limit, strings.Join(why, "; "))
 }
 
-// formatDevice writes a fresh empty file system over the whole device.
+// formatDevice writes a fresh empty file system over the whole device, claimed (O_EXCL) while
+// it does.
 func formatDevice(path string, params Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
@@ -99,15 +104,17 @@ func formatAndClose(dev *blockdev.File, params Params) error {
 
 // checkFileSystem makes sure a device holds a FAT file system that is whole and that the
 // engine can serve: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
-// unmounted counts), and the engine opens it read-only and reads every directory.
+// unmounted counts), and the engine opens it read-only and reads every directory. The device is
+// claimed for the whole check (a device another writer holds is refused, blockdev.ErrInUse), so
+// what is checked cannot change under it.
 func checkFileSystem(path string) error {
-	dev, err := blockdev.Open(path, true)
+	dev, err := blockdev.OpenClaimed(path, blockdev.ExclusiveReadOnly)
 	if err != nil {
 		return err
 	}
 	rep, err := fsck.Check(dev)
-	dev.Close()
 	if err != nil {
+		dev.Close()
 		return fmt.Errorf("check %s: %w", path, err)
 	}
 	if !rep.Clean() {
@@ -120,10 +127,12 @@ func checkFileSystem(path string) error {
 			}
 			msgs = append(msgs, p.String())
 		}
+		dev.Close()
 		return fmt.Errorf("check %s: the file system needs repair: %s", path, strings.Join(msgs, "; "))
 	}
-	vol, err := fatvol.OpenImage(path, fatvol.Options{ReadOnly: true, Logger: engineLogger()})
+	vol, err := fatvol.Open(dev, fatvol.Options{ReadOnly: true, Logger: engineLogger()})
 	if err != nil {
+		dev.Close()
 		return err
 	}
 	walkErr := fs.WalkDir(vol, ".", func(_ string, _ fs.DirEntry, err error) error { return err })

@@ -19,7 +19,7 @@ func init() {
 const (
 	fsckClean       = 0 // no errors (warnings may have been printed)
 	fsckProblems    = 1 // errors found (-n), or found and all repaired (-a)
-	fsckFailed      = 2 // could not check: usage, missing path, I/O error, not a FAT file system
+	fsckFailed      = 2 // could not check: usage, missing path, I/O error, not a FAT file system, held by a writer (-a)
 	fsckUncorrected = 4 // -a: errors left that are not safe to repair; nothing was written
 )
 
@@ -47,9 +47,13 @@ func newFsckFlagSet(out io.Writer) (*flag.FlagSet, fsckFlags) {
 			"where fsck.fat -a saves them as FSCKnnnn.REC files. When any other error is found (cross-linked or\n"+
 			"broken chains, bad entries, a broken boot sector, damaged directories), nothing is written: use\n"+
 			"fsck.fat on a copy.\n\n"+
+			"With -a, PATH is claimed for writing (an OFD lock on an image file, O_EXCL on a block device) and\n"+
+			"refused, with nothing written, while another writer (csi-fat mount, mkfs, another repair, the\n"+
+			"driver, a kernel mount) holds it. Without -a it is checked beside a writer, with a warning that it\n"+
+			"may change while it is read.\n\n"+
 			"exit status: 0 clean (warnings allowed); 1 errors found (-n), or found and all repaired (-a);\n"+
-			"2 could not check (bad usage, missing PATH, I/O error, not a FAT file system); 4 (-a) errors left\n"+
-			"that are not safe to repair, nothing written.\n\noptions:\n")
+			"2 could not check (bad usage, missing PATH, I/O error, not a FAT file system, -a on a PATH another\n"+
+			"writer holds); 4 (-a) errors left that are not safe to repair, nothing written.\n\noptions:\n")
 		fs.PrintDefaults()
 	}
 	return fs, f
@@ -82,6 +86,7 @@ func fsckMain(args []string, stdout, stderr io.Writer) int {
 		return fsckFailed
 	}
 	defer dev.Close()
+	warnWriter(stderr, "fsck", path, dev.Writer(), "checking it")
 	if !*f.auto {
 		rep, err := fsck.Check(dev)
 		if err != nil {

@@ -40,7 +40,9 @@ func newMkfsFlagSet(out io.Writer) (*flag.FlagSet, *mkfsFlags) {
 		fmt.Fprintf(out, "usage: csi-fat mkfs [-F 12|16|32] [-s SECTORS_PER_CLUSTER] [-S SECTOR_SIZE] [-n LABEL] [-i VOLUME_ID_HEX]\n"+
 			"                    [-f NUMBER_OF_FATS] [-r ROOT_ENTRIES] [--size SIZE] PATH\n\n"+
 			"Create an empty FAT file system over the whole of PATH (an image file or a block device), with the\n"+
-			"geometry mkfs.fat 4.2 chooses for the same size and options. Options go before PATH.\n\noptions:\n")
+			"geometry mkfs.fat 4.2 chooses for the same size and options. Options go before PATH. PATH is claimed\n"+
+			"for writing (an OFD lock on an image file, O_EXCL on a block device) and refused, with nothing\n"+
+			"written, while another writer (csi-fat mount, fsck -a, the driver, a kernel mount) holds it.\n\noptions:\n")
 		fs.PrintDefaults()
 	}
 	return fs, &f
@@ -112,7 +114,10 @@ func runMkfs(args []string) int {
 		return 1
 	}
 	path := fs.Arg(0)
-	if err := mkfsMain(path, f); err != nil {
+	if err := mkfsMain(path, f); errors.Is(err, blockdev.ErrInUse) {
+		fmt.Fprintf(os.Stderr, "csi-fat mkfs: %v\n", err) // names the path already
+		return 1
+	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mkfs: %s: %v\n", path, err)
 		return 1
 	}

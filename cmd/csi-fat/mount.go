@@ -97,6 +97,7 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 1
 	}
+	warnWriter(os.Stderr, "mount", image, volumeWriter(vol), "serving it")
 	srv, err := fatfuse.Mount(vol, mountpoint, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)

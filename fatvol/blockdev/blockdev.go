@@ -84,14 +84,26 @@ type File struct {
 	blockSize int
 	readOnly  bool
 	isBlock   bool
+	claim     Claim
+	writer    string // Shared: who held the medium for writing at open, or ""
 }
 
 var _ Device = (*File)(nil)
 
-// Open opens an image file or a block device (detected by stat). readOnly opens O_RDONLY.
-// The size is read once at open: the engine never grows a device, so it cannot change
-// under us through this handle.
+// Open opens an image file or a block device (detected by stat): readOnly opens it Shared,
+// else Exclusive, claiming it for as long as it is open (OpenClaimed). The size is read once at
+// open: the engine never grows a device, so it cannot change under us through this handle.
 func Open(path string, readOnly bool) (*File, error) {
+	if readOnly {
+		return OpenClaimed(path, Shared)
+	}
+	return OpenClaimed(path, Exclusive)
+}
+
+// OpenClaimed opens an image file or a block device with the given claim (see Claim). A medium
+// another writer holds is refused with an *InUseError (errors.Is ErrInUse) naming the holder
+// where it can be found, and nothing is written to it.
+func OpenClaimed(path string, claim Claim) (*File, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("blockdev %s: %w", path, err)
@@ -101,20 +113,43 @@ func Open(path string, readOnly bool) (*File, error) {
 	if !isBlock && !mode.IsRegular() {
 		return nil, fmt.Errorf("blockdev %s: mode %v: %w", path, mode, ErrNotBlockDevice)
 	}
-	flag := os.O_RDWR
-	if readOnly {
-		flag = os.O_RDONLY
-	}
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := openClaimed(path, isBlock, claim)
 	if err != nil {
+		return nil, err
+	}
+	return newFile(f, path, isBlock, claim)
+}
+
+// FromFile wraps an image file or block device that is already open, e.g. one received from
+// the process that opened and claimed it: the claim belongs to the open file description, so
+// it came along with the descriptor. claim says how f was opened (Shared: refuse writes). The
+// File owns f from then on, even when FromFile fails.
+func FromFile(f *os.File, path string, claim Claim) (*File, error) {
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("blockdev %s: %w", path, err)
 	}
-	d := &File{f: f, path: path, readOnly: readOnly, isBlock: isBlock}
+	mode := st.Mode()
+	isBlock := mode&os.ModeDevice != 0 && mode&os.ModeCharDevice == 0
+	if !isBlock && !mode.IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("blockdev %s: mode %v: %w", path, mode, ErrNotBlockDevice)
+	}
+	return newFile(f, path, isBlock, claim)
+}
+
+// newFile probes an open descriptor and makes it a File, closing f on failure.
+func newFile(f *os.File, path string, isBlock bool, claim Claim) (*File, error) {
+	d := &File{f: f, path: path, readOnly: claim != Exclusive, isBlock: isBlock, claim: claim}
 	if err := d.probe(); err != nil {
 		f.Close()
 		return nil, err
 	}
 	d.blockSize = ChooseBlockSize(d.size, d.logical, os.Getpagesize())
+	if claim == Shared {
+		d.writer = otherWriter(f, path, isBlock)
+	}
 	return d, nil
 }
 
@@ -157,8 +192,9 @@ func (d *File) probe() error {
 }
 
 // CreateImage creates (or extends, never shrinks) a sparse image file of exactly size bytes
-// and opens it read-write. Extending uses ftruncate so no data blocks are allocated; an
-// existing larger image is left alone, since shrinking would silently destroy a volume.
+// and opens it Exclusive. Extending uses ftruncate so no data blocks are allocated; an existing
+// larger image is left alone, since shrinking would silently destroy a volume. The claim is
+// taken before the size is touched, so an image another writer holds is left as it was.
 func CreateImage(path string, size int64) (*File, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("blockdev %s: create with size %d: %w", path, size, ErrOutOfRange)
@@ -171,27 +207,26 @@ func CreateImage(path string, size int64) (*File, error) {
 	if err == nil && !st.Mode().IsRegular() {
 		err = fmt.Errorf("mode %v: %w", st.Mode(), ErrNotBlockDevice)
 	}
-	if err == nil && st.Size() < size {
-		err = f.Truncate(size)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("blockdev %s: create: %w", path, err)
 	}
-	return Open(path, false)
+	if err := lockImage(f, path, Exclusive); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("blockdev %s: create: %w", path, err)
+		}
+	}
+	return newFile(f, path, false, Exclusive)
 }
 
 // control runs fn with the raw descriptor while holding a reference to it, so a
 // concurrent Close cannot recycle the fd number under a syscall.
-func (d *File) control(fn func(fd int)) error {
-	rc, err := d.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	return rc.Control(func(fd uintptr) { fn(int(fd)) })
-}
+func (d *File) control(fn func(fd int)) error { return controlFile(d.f, fn) }
 
 // Path returns the path the device was opened with.
 func (d *File) Path() string { return d.path }
@@ -199,8 +234,22 @@ func (d *File) Path() string { return d.path }
 // IsBlockDevice reports whether the path is a block device rather than an image file.
 func (d *File) IsBlockDevice() bool { return d.isBlock }
 
-// ReadOnly reports whether the device was opened read-only.
+// ReadOnly reports whether the device refuses writes (opened Shared or ExclusiveReadOnly).
 func (d *File) ReadOnly() bool { return d.readOnly }
+
+// Claim returns how the device was opened.
+func (d *File) Claim() Claim { return d.claim }
+
+// Writer names who held the medium for writing when it was opened Shared (e.g. "pid 1234,
+// csi-fat mount", "mounted at /mnt"), so the caller can warn that what it reads may be changing;
+// "" when nobody did, or when the device was opened with a claim of its own.
+func (d *File) Writer() string { return d.writer }
+
+// OSFile returns the open file whose description holds the claim. Its descriptor may be handed
+// to another process (ExtraFiles, SCM_RIGHTS; the receiver wraps it with FromFile): an OFD lock
+// and an O_EXCL open belong to the open file description, not to a process, so the claim goes
+// with it and lasts until the last descriptor of that description is closed. Closing d closes it.
+func (d *File) OSFile() *os.File { return d.f }
 
 // Size returns the device size in bytes.
 func (d *File) Size() int64 { return d.size }
