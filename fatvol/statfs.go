@@ -1,7 +1,10 @@
 package fatvol
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"strings"
 	"syscall"
 
@@ -32,6 +35,69 @@ func (v *Volume) StatFS() (Stats, error) {
 		FreeClusters: v.fat.free + v.order.quarantinedClusters,
 		UsedClusters: v.geo.Clusters - v.fat.free - v.order.quarantinedClusters,
 	}, nil
+}
+
+// entriesPerNewFile is the directory entries one more file is reckoned to take: its short entry
+// and one long-name entry, which holds a name of up to 13 characters. Names like "pvc-data.bin"
+// fit; longer names take one more entry per 13 characters, so the estimate is an upper bound
+// for them and exact for 8.3 names written in upper case, which need only one.
+const entriesPerNewFile = 2
+
+// maxCountedEntries bounds the walk that counts used entries, so a huge volume cannot make a
+// statfs slow; past it the count is a lower bound.
+const maxCountedEntries = 1 << 20
+
+// Files is what statfs reports of a volume's "inodes". FAT has no inode table: the used ones
+// are the files and directories on the volume, and the free ones are how many more files fit,
+// by directory entries: the free slots of a FAT12/16 fixed root directory plus what the free
+// clusters would hold as directory space, at entriesPerNewFile entries per file. Every new
+// directory entry needs that space, and an empty file needs nothing else.
+type Files struct {
+	Total, Free, Used int64
+}
+
+// Files counts and estimates the volume's files for statfs. The driver's volume stats and the
+// mount's statfs both report it, so df -i and the CSI stats agree.
+func (v *Volume) Files() (Files, error) {
+	st, err := v.StatFS()
+	if err != nil {
+		return Files{}, err
+	}
+	used, inRoot, err := v.countEntries()
+	if err != nil {
+		return Files{}, err
+	}
+	free := int64(st.FreeClusters) * int64(st.ClusterSize) / ondisk.DirEntrySize / entriesPerNewFile
+	if re := int64(v.geo.RootEntries); re > 0 {
+		// Each file in the fixed root has a short entry and usually one long one.
+		free += max(re-inRoot*entriesPerNewFile, 0) / entriesPerNewFile
+	}
+	return Files{Total: used + free, Free: free, Used: used}, nil
+}
+
+// countEntries counts the files and directories on the volume, and those in its root.
+func (v *Volume) countEntries() (all, root int64, err error) {
+	errStop := errors.New("enough")
+	err = fs.WalkDir(v, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		all++
+		if path.Dir(p) == "." {
+			root++
+		}
+		if all >= maxCountedEntries {
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return all, root, err
 }
 
 // Label returns the volume label: the root directory's label entry, which is what Windows and
