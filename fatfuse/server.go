@@ -34,10 +34,17 @@ type Server struct {
 	readOnly atomic.Bool
 	failure  atomic.Pointer[error]
 
+	// ns keeps the namespace still while a node's path is turned into the engine's file: held
+	// for writing by unlink, rmdir and rename from the engine's change to the tables' update,
+	// for reading by everything that resolves a node by its path. Else an open racing a rename
+	// over its file could open the new file for the old inode, or find neither.
+	ns sync.RWMutex
+
 	mu      sync.Mutex // guards the identity tables and every node's place (parent, name, pos)
 	byPos   map[int64]*node
 	byIno   map[uint64]*node
 	nextIno uint64
+	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
@@ -52,6 +59,7 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 		geoCluster: int64(geo.ClusterSize),
 		byPos:      map[int64]*node{},
 		byIno:      map[uint64]*node{},
+		fresh:      map[*node]time.Time{},
 		// Synthetic inode numbers, for entries whose position is taken by a renamed node, lie
 		// above any device offset.
 		nextIno: 1 << 62,
