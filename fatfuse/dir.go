@@ -315,13 +315,20 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return nil, syscall.EPERM
 }
 
-// Statfs reports the volume in clusters, as vfat does.
+// Statfs reports the volume in clusters, as vfat does, and files by the estimate the driver's
+// volume stats report too (vfat shows none).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	n.srv.settle()
 	st, err := n.srv.vol.StatFS()
 	if err != nil {
 		return n.srv.errno(err)
 	}
+	files, err := n.srv.vol.Files()
+	if err != nil {
+		return n.srv.errno(err)
+	}
+	out.Files = uint64(files.Total)
+	out.Ffree = uint64(files.Free)
 	out.Bsize = uint32(st.ClusterSize)
 	out.Frsize = uint32(st.ClusterSize)
 	out.Blocks = uint64(st.TotalClusters)
