@@ -1,9 +1,12 @@
 package fatfuse
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +54,9 @@ type Server struct {
 // returns then). The caller keeps the volume and closes it after Wait returns. Open vol with
 // opts.VolumeOptions(): ro, shortname, sync, flush and the time zone are the engine's to apply.
 func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error) {
+	if err := CheckMountpoint(mountpoint); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", fsName(vol), err)
+	}
 	geo := vol.Geometry()
 	s := &Server{
 		vol:        vol,
@@ -105,11 +111,32 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 	return s, nil
 }
 
-func fsName(vol *fatvol.Volume) string {
-	if p, ok := vol.Device().(interface{ Path() string }); ok {
-		return p.Path()
+// CheckMountpoint says what is wrong with dir as a mount point, before fusermount3 would fail
+// on it with no more than its exit code: it must exist and be a directory.
+func CheckMountpoint(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, iofs.ErrNotExist):
+		return fmt.Errorf("mount point %s: no such directory: %w", dir, err)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s is not a directory: %w", dir, syscall.ENOTDIR)
 	}
-	return "fat"
+	return nil
+}
+
+// fsName is the mount's source as /proc/mounts shows it: the device's absolute path, so it
+// names the image whatever directory the mount was started in.
+func fsName(vol *fatvol.Volume) string {
+	p, ok := vol.Device().(interface{ Path() string })
+	if !ok {
+		return "fat"
+	}
+	if abs, err := filepath.Abs(p.Path()); err == nil {
+		return abs
+	}
+	return p.Path()
 }
 
 // Unmount asks the kernel to unmount; it fails (EBUSY) while the mount is in use.

@@ -90,6 +90,11 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	// Before the volume is opened (and marked dirty): fusermount3 would say no more than its code.
+	if err := fatfuse.CheckMountpoint(mountpoint); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 1
+	}
 	vopts := opts.VolumeOptions()
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	vol, err := fatvol.OpenImage(image, vopts)
