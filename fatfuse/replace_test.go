@@ -130,7 +130,7 @@ func TestAtomicReplaceReaders(t *testing.T) {
 	if err := os.WriteFile(target, version(0), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const run = 3 * time.Second
+	const run, maxRun = 3 * time.Second, 30 * time.Second
 	stop := make(chan struct{})
 	var renames, opens, enoent, mixed, otherErr atomic.Int64
 	var firstBad atomic.Value
@@ -188,7 +188,12 @@ func TestAtomicReplaceReaders(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(run)
+	// At least run, and on a slow machine (the race detector) until the race was run often
+	// enough to show: before the fix, about every second rename made a reader fail.
+	start := time.Now()
+	for time.Since(start) < run || (renames.Load() < 200 || opens.Load() < 600) && time.Since(start) < maxRun {
+		time.Sleep(50 * time.Millisecond)
+	}
 	close(stop)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -204,8 +209,8 @@ func TestAtomicReplaceReaders(t *testing.T) {
 			enoent.Load(), mixed.Load(), otherErr.Load(), opens.Load(), firstBad.Load())
 	}
 	// Too few of either and the race was not exercised.
-	if renames.Load() < 50 || opens.Load() < 150 {
-		t.Errorf("only %d renames and %d opens in %v", renames.Load(), opens.Load(), run)
+	if renames.Load() < 200 || opens.Load() < 600 {
+		t.Errorf("only %d renames and %d opens in %v", renames.Load(), opens.Load(), maxRun)
 	}
 	m.unmount()
 	fsckClean(t, img)
