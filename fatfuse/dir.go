@@ -20,6 +20,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if _, err := ondisk.CleanName(name); errors.Is(err, ondisk.ErrNameTooLong) {
 		return nil, syscall.ENAMETOOLONG
 	}
+	s.ns.RLock()
+	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
 		return nil, e
@@ -45,8 +47,8 @@ func (s *Server) entry(ctx context.Context, parent *node, fi fs.FileInfo, out *f
 	return in
 }
 
-// Getattr describes the node, through an open handle when there is one: that also serves files
-// that were removed while open.
+// Getattr describes the node, through an open handle when there is one, else through its
+// anchor once removed: both also serve files that were removed while open.
 func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	s := n.srv
 	var fi fs.FileInfo
@@ -54,11 +56,9 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	if h, ok := f.(engineFile); ok {
 		fi, err = h.engineFile().Stat()
 	} else {
-		p, ok := n.path()
-		if !ok {
-			return syscall.ENOENT
-		}
-		fi, err = s.vol.Stat(p)
+		s.ns.RLock()
+		fi, err = n.stat()
+		s.ns.RUnlock()
 	}
 	if err != nil {
 		return s.errno(err)
@@ -67,17 +67,35 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	return 0
 }
 
+// stat describes the node by its path, or through its anchor once removed. The caller holds
+// s.ns for reading.
+func (n *node) stat() (fs.FileInfo, error) {
+	n.srv.mu.Lock()
+	a := n.anchor
+	p, linked := n.pathLocked()
+	n.srv.mu.Unlock()
+	switch {
+	case a != nil:
+		return a.Stat()
+	case !linked:
+		return nil, syscall.ENOENT // a removed directory
+	}
+	return n.srv.vol.Stat(p)
+}
+
 // Mkdir makes a directory; FAT keeps no mode, so mode is not used.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	s := n.srv
 	if e := s.writable(); e != 0 {
 		return nil, e
 	}
+	s.ns.RLock()
+	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
 		return nil, e
 	}
-	if err := s.vol.Mkdir(p); err != nil {
+	if err := s.retryNoSpace(func() error { return s.vol.Mkdir(p) }); err != nil {
 		return nil, s.errno(err)
 	}
 	n.dirChanged()
@@ -104,6 +122,8 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	if e := s.writable(); e != 0 {
 		return e
 	}
+	s.ns.Lock()
+	defer s.ns.Unlock()
 	p, e := n.childPath(name)
 	if e != 0 {
 		return e
@@ -118,12 +138,19 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	case !dir && fi.IsDir():
 		return syscall.EISDIR
 	}
+	pos := fi.Sys().(*fatvol.Attr).Pos
+	anchor, err := s.anchorFor(p, pos, dir)
+	if err != nil {
+		return s.errno(err)
+	}
 	if err := s.vol.Remove(p); err != nil {
+		closeAnchor(anchor)
 		return s.errno(err)
 	}
 	s.mu.Lock()
-	stale := s.removedLocked(fi.Sys().(*fatvol.Attr).Pos)
+	stale, unused := s.removedLocked(pos, anchor)
 	s.mu.Unlock()
+	closeAnchor(unused)
 	forgetAliases(stale)
 	if dir {
 		n.dirChanged()
@@ -147,6 +174,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if !ok {
 		return syscall.EXDEV
 	}
+	s.ns.Lock()
+	defer s.ns.Unlock()
 	var fl fatvol.RenameFlags
 	switch flags {
 	case 0:
@@ -170,12 +199,23 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return s.errno(err)
 	}
 	dst, derr := s.vol.Stat(nw)
+	srcPos := src.Sys().(*fatvol.Attr).Pos
+	// A file replaced by the rename stays openable for the kernel's inode of it.
+	var anchor *fatvol.File
+	if derr == nil && fl != fatvol.RenameExchange {
+		if dp := dst.Sys().(*fatvol.Attr).Pos; dp != srcPos {
+			if anchor, err = s.anchorFor(nw, dp, dst.IsDir()); err != nil {
+				return s.errno(err)
+			}
+		}
+	}
 	if err := s.vol.RenameWithFlags(op, nw, fl); err != nil {
+		closeAnchor(anchor)
 		return s.errno(err)
 	}
-	srcPos := src.Sys().(*fatvol.Attr).Pos
 	var stale []alias
-	defer func() { forgetAliases(stale) }()
+	var unused *fatvol.File
+	defer func() { forgetAliases(stale); closeAnchor(unused) }()
 	if fl == fatvol.RenameExchange {
 		// The entries swap contents; each position keeps its name.
 		dstPos := dst.Sys().(*fatvol.Attr).Pos
@@ -194,6 +234,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	} else {
 		moved, err := s.vol.Stat(nw)
 		if err != nil {
+			unused = anchor
 			return s.errno(err)
 		}
 		newPos := moved.Sys().(*fatvol.Attr).Pos
@@ -202,9 +243,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		stale = s.takeAliasesLocked(c)
 		if derr == nil {
 			if dp := dst.Sys().(*fatvol.Attr).Pos; dp != srcPos {
-				stale = append(stale, s.removedLocked(dp)...)
+				var gone []alias
+				gone, anchor = s.removedLocked(dp, anchor)
+				stale = append(stale, gone...)
 			}
 		}
+		unused = anchor
 		if c != nil {
 			s.movedLocked(c, np, moved.Name(), newPos)
 		}
@@ -223,11 +267,18 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if e := s.writable(); e != 0 {
 		return nil, nil, 0, e
 	}
+	s.ns.RLock()
+	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
 		return nil, nil, 0, e
 	}
-	f, err := s.vol.OpenFile(p, openFlags(flags)|os.O_CREATE|int(flags)&os.O_EXCL, fs.FileMode(mode&0o777))
+	var f *fatvol.File
+	err := s.retryNoSpace(func() error {
+		var err error
+		f, err = s.vol.OpenFile(p, openFlags(flags)|os.O_CREATE|int(flags)&os.O_EXCL, fs.FileMode(mode&0o777))
+		return err
+	})
 	if err != nil {
 		return nil, nil, 0, s.errno(err)
 	}
@@ -250,7 +301,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if e != 0 {
 		return nil, e
 	}
-	h.(*handle).f.Close()
+	h.(*handle).Release(ctx)
 	return in, 0
 }
 
@@ -264,12 +315,20 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return nil, syscall.EPERM
 }
 
-// Statfs reports the volume in clusters, as vfat does.
+// Statfs reports the volume in clusters, as vfat does, and files by the estimate the driver's
+// volume stats report too (vfat shows none).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	n.srv.settle()
 	st, err := n.srv.vol.StatFS()
 	if err != nil {
 		return n.srv.errno(err)
 	}
+	files, err := n.srv.vol.Files()
+	if err != nil {
+		return n.srv.errno(err)
+	}
+	out.Files = uint64(files.Total)
+	out.Ffree = uint64(files.Free)
 	out.Bsize = uint32(st.ClusterSize)
 	out.Frsize = uint32(st.ClusterSize)
 	out.Blocks = uint64(st.TotalClusters)

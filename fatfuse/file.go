@@ -38,13 +38,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			return nil, 0, e
 		}
 	}
-	p, ok := n.path()
-	if !ok {
-		return nil, 0, syscall.ENOENT
-	}
-	f, err := s.vol.OpenFile(p, openFlags(flags), 0)
-	if err != nil {
-		return nil, 0, s.errno(err)
+	f, e := n.opened(openFlags(flags))
+	if e != 0 {
+		return nil, 0, e
 	}
 	// The engine is the only writer and every write passes the kernel's page cache, so the
 	// cache stays valid from one open to the next.
@@ -65,11 +61,16 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if e := h.srv.writable(); e != 0 {
 		return 0, e
 	}
-	n, err := h.f.WriteAt(data, off)
-	if err != nil {
+	var n int
+	err := h.srv.retryNoSpace(func() error {
+		var err error
+		n, err = h.f.WriteAt(data, off)
 		if n > 0 {
-			return uint32(n), 0 // a short write; the next one reports the error
+			return nil // a short write; the next one reports the error
 		}
+		return err
+	})
+	if err != nil {
 		return 0, h.srv.errno(err)
 	}
 	return uint32(n), 0
@@ -100,7 +101,9 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 	if e := h.srv.writable(); e != 0 {
 		return e
 	}
-	return h.srv.errno(h.f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0))
+	return h.srv.errno(h.srv.retryNoSpace(func() error {
+		return h.f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0)
+	}))
 }
 
 var (

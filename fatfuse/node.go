@@ -3,7 +3,10 @@ package fatfuse
 import (
 	"context"
 	"io/fs"
+	"log"
+	"os"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -23,8 +26,14 @@ type node struct {
 	pos      int64  // device offset of the entry (Attr.Pos); 0 for the root
 	ino      uint64 // fixed for the node's life
 	unlinked bool
-	subdirs  int    // cached count of subdirectories, -1 when unknown
-	version  uint64 // counts changes of a directory's entries, to keep a stale count out
+	// anchor holds the engine's file once its entry went (unlink, rename over it) while the
+	// kernel still knows the inode: FUSE's node lives until the kernel forgets it, and an open
+	// of it (/proc/self/fd/N, or a path walk that found it just before a rename over it) must
+	// reach the same file, as on a local file system. OnForget closes it; the file's clusters
+	// go at that close or the last handle's, whichever comes later.
+	anchor  *fatvol.File
+	subdirs int    // cached count of subdirectories, -1 when unknown
+	version uint64 // counts changes of a directory's entries, to keep a stale count out
 	// aliases are other spellings ("foo" for "Foo") the kernel has cached for this entry.
 	aliases []alias
 }
@@ -120,38 +129,148 @@ func (s *Server) childInode(ctx context.Context, parent *node, fi fs.FileInfo) *
 		// go-fuse already had a node with this identity; keep that one.
 		s.mu.Lock()
 		got.parent, got.name, got.pos, got.unlinked = parent, fi.Name(), a.Pos, false
+		// Linked again: opens go by path from now on, and the old file may go.
+		stale := got.anchor
+		got.anchor = nil
+		delete(s.fresh, got)
 		s.byPos[a.Pos] = got
 		s.byIno[got.ino] = got
 		if s.byIno[c.ino] == c {
 			delete(s.byIno, c.ino)
 		}
 		s.mu.Unlock()
+		closeAnchor(stale)
 	}
 	return in
 }
 
-// OnForget drops the node from the tables once the kernel has forgotten it.
+// OnForget drops the node from the tables once the kernel has forgotten it, and lets go of a
+// removed file: nothing can open it any more.
 func (n *node) OnForget() {
 	s := n.srv
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.byPos[n.pos] == n {
 		delete(s.byPos, n.pos)
 	}
 	if s.byIno[n.ino] == n && n != s.root {
 		delete(s.byIno, n.ino)
 	}
+	a := n.anchor
+	n.anchor = nil
+	s.mu.Unlock()
+	closeAnchor(a)
+	s.mu.Lock()
+	delete(s.fresh, n) // after the close: settle waits for the clusters, not just the call
+	s.mu.Unlock()
 }
 
-// removedLocked records that the entry at pos is gone.
-func (s *Server) removedLocked(pos int64) []alias {
+// closeAnchor closes a removed file's anchor; its last close frees the file's clusters.
+func closeAnchor(f *fatvol.File) {
+	if f == nil {
+		return
+	}
+	if err := f.Close(); err != nil {
+		log.Printf("fatfuse: releasing removed file %s: %v", f.Name(), err)
+	}
+}
+
+// anchorFor opens the file at path p, which is about to be removed, when the kernel knows its
+// node (pos is its entry); nil otherwise, and for directories. The caller holds s.ns for
+// writing.
+func (s *Server) anchorFor(p string, pos int64, isDir bool) (*fatvol.File, error) {
+	s.mu.Lock()
+	known := s.byPos[pos] != nil
+	s.mu.Unlock()
+	if isDir || !known {
+		return nil, nil
+	}
+	return s.vol.OpenFile(p, os.O_RDONLY, 0)
+}
+
+// removedLocked records that the entry at pos is gone; anchor, if any, keeps the file for the
+// node. What is not needed is returned, for the caller to close.
+func (s *Server) removedLocked(pos int64, anchor *fatvol.File) (stale []alias, unused *fatvol.File) {
 	c := s.byPos[pos]
 	if c == nil {
-		return nil
+		return nil, anchor
 	}
 	c.unlinked = true
+	if anchor != nil {
+		unused, c.anchor = c.anchor, anchor
+		s.fresh[c] = time.Now()
+	}
 	delete(s.byPos, pos)
-	return s.takeAliasesLocked(c)
+	return s.takeAliasesLocked(c), unused
+}
+
+// forgetWait bounds how long statfs and an allocation that ran out of space wait for the kernel
+// to forget files removed just before. The kernel queues the FORGET of an inode nothing else
+// holds before unlink(2) returns, so it arrives within moments; a file still open is not
+// waited for past this.
+const forgetWait = 50 * time.Millisecond
+
+// settle waits until the files removed within forgetWait are forgotten by the kernel (their
+// anchors closed) or that time has passed, so the space of "rm big; df" or "rm big; write" is
+// back as on a local file system, although FUSE forgets inodes asynchronously.
+func (s *Server) settle() {
+	for {
+		s.mu.Lock()
+		now, waiting := time.Now(), false
+		for c, t := range s.fresh {
+			if now.Sub(t) >= forgetWait {
+				delete(s.fresh, c)
+			} else {
+				waiting = true
+			}
+		}
+		s.mu.Unlock()
+		if !waiting {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// retryNoSpace runs op, and once more after settle when it ran out of space while removed files
+// were still to be forgotten.
+func (s *Server) retryNoSpace(op func() error) error {
+	err := op()
+	if fatvol.Errno(err) == syscall.ENOSPC {
+		s.mu.Lock()
+		pending := len(s.fresh) > 0
+		s.mu.Unlock()
+		if pending {
+			s.settle()
+			err = op()
+		}
+	}
+	return err
+}
+
+// opened returns an engine file for node n, opened with flag: through the anchor once the file
+// was removed, else by its path, with the namespace held still so the path names n's own entry.
+func (n *node) opened(flag int) (*fatvol.File, syscall.Errno) {
+	s := n.srv
+	s.ns.RLock()
+	defer s.ns.RUnlock()
+	s.mu.Lock()
+	a := n.anchor
+	p, linked := n.pathLocked()
+	s.mu.Unlock()
+	var f *fatvol.File
+	var err error
+	switch {
+	case a != nil:
+		f, err = a.Reopen(flag)
+	case !linked:
+		err = syscall.ENOENT // a removed directory
+	default:
+		f, err = s.vol.OpenFile(p, flag, 0)
+	}
+	if err != nil {
+		return nil, s.errno(err)
+	}
+	return f, 0
 }
 
 // movedLocked records that node c's entry now lives at pos under parent with the stored name.

@@ -43,6 +43,12 @@ type Options struct {
 	Kernel []string
 	// Debug logs every FUSE request.
 	Debug bool
+	// Check and Repair ask whoever opens the volume (csi-fat mount) to check it before serving,
+	// as fsck.fat -n, or to repair what fsck.fat -a repairs safely, and to serve it only when
+	// nothing but the dirty bit is left. Then a clean unmount may clear that bit
+	// (fatvol.Options.Checked); without them a volume found dirty stays dirty, as on vfat.
+	// The driver always checks and repairs before serving (its onDamage parameter).
+	Check, Repair bool
 }
 
 // DefaultOptions are vfat's defaults: owned by the calling process's user and group, masks from
@@ -167,8 +173,13 @@ func ParseOptions(s string) (Options, error) {
 			o.Location = time.FixedZone(fmt.Sprintf("UTC%+d", minutes), minutes*60)
 		case key == "iocharset" && val == "utf8", key == "utf8" && !hasVal:
 			// Names are always UTF-8 here.
-		case !hasVal && (key == "flush" || key == "sync" || key == "quiet" || key == "allow_other" || key == "debug"):
+		case !hasVal && (key == "flush" || key == "sync" || key == "quiet" || key == "allow_other" || key == "debug" ||
+			key == "check" || key == "repair"):
 			switch key {
+			case "check":
+				o.Check = true
+			case "repair":
+				o.Repair = true
 			case "flush":
 				o.Flush = true
 			case "sync":
@@ -190,6 +201,9 @@ func ParseOptions(s string) (Options, error) {
 	}
 	if len(unknown) > 0 {
 		return o, fmt.Errorf("unknown mount option(s): %s", strings.Join(unknown, ", "))
+	}
+	if o.Repair && o.ReadOnly {
+		return o, fmt.Errorf("mount options repair and ro exclude each other: repair writes to the volume (check does not)")
 	}
 	if !allowUtimeSet {
 		// vfat: by default whoever may write the directory per dmask may set times.
@@ -224,4 +238,10 @@ const OptionsHelp = `  ro, rw              read-only or read-write (default rw)
   lazytime, nolazytime  passed to the kernel
   nosuid, nodev       accepted; always in force
   debug               log every FUSE request
+  check               before serving, check the file system as fsck.fat -n does and refuse to mount
+                      if it finds more than the dirty bit; a clean unmount then clears that bit
+  repair              before serving, repair what fsck.fat -a repairs safely (lost clusters, the free
+                      count, the dirty bit, FAT copies, sizes out of step with chains) and refuse to
+                      mount if anything else is wrong. Without check or repair, a volume that was not
+                      cleanly unmounted is served with a warning and stays marked dirty, as on vfat
 `

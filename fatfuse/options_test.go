@@ -44,6 +44,9 @@ func TestParseOptions(t *testing.T) {
 			return off == -90*60
 		}},
 		{" utf8 , iocharset=utf8 ", func(o Options) bool { return true }},
+		{"check", func(o Options) bool { return o.Check && !o.Repair && !o.VolumeOptions().Checked }},
+		{"repair", func(o Options) bool { return o.Repair && !o.Check }},
+		{"check,ro", func(o Options) bool { return o.Check && o.ReadOnly }},
 	}
 	for _, tt := range tests {
 		o, err := ParseOptions(tt.in)
@@ -74,6 +77,8 @@ func TestParseOptionsRefuses(t *testing.T) {
 		{"ro=1", "ro=1"},
 		{"suid", "suid"},
 		{"dev", "dev"},
+		{"repair,ro", "repair and ro"},
+		{"check=1", "check=1"},
 	} {
 		_, err := ParseOptions(tt.in)
 		if err == nil {

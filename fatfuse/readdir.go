@@ -30,6 +30,8 @@ type dirHandle struct {
 
 // OpendirHandle opens directory n for reading.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.srv.ns.RLock()
+	defer n.srv.ns.RUnlock()
 	p, ok := n.path()
 	if !ok {
 		return nil, 0, syscall.ENOENT
@@ -129,6 +131,7 @@ func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) { d.f.Close() 
 
 // Fsyncdir writes the volume back.
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	d.srv.settle() // so a removal just before is durable with its clusters freed
 	return d.srv.errno(d.srv.vol.Sync())
 }
 

@@ -1,9 +1,12 @@
 package fatfuse
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,16 +37,26 @@ type Server struct {
 	readOnly atomic.Bool
 	failure  atomic.Pointer[error]
 
+	// ns keeps the namespace still while a node's path is turned into the engine's file: held
+	// for writing by unlink, rmdir and rename from the engine's change to the tables' update,
+	// for reading by everything that resolves a node by its path. Else an open racing a rename
+	// over its file could open the new file for the old inode, or find neither.
+	ns sync.RWMutex
+
 	mu      sync.Mutex // guards the identity tables and every node's place (parent, name, pos)
 	byPos   map[int64]*node
 	byIno   map[uint64]*node
 	nextIno uint64
+	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
 // returns then). The caller keeps the volume and closes it after Wait returns. Open vol with
 // opts.VolumeOptions(): ro, shortname, sync, flush and the time zone are the engine's to apply.
 func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error) {
+	if err := CheckMountpoint(mountpoint); err != nil {
+		return nil, fmt.Errorf("mount %s: %w", fsName(vol), err)
+	}
 	geo := vol.Geometry()
 	s := &Server{
 		vol:        vol,
@@ -52,6 +65,7 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 		geoCluster: int64(geo.ClusterSize),
 		byPos:      map[int64]*node{},
 		byIno:      map[uint64]*node{},
+		fresh:      map[*node]time.Time{},
 		// Synthetic inode numbers, for entries whose position is taken by a renamed node, lie
 		// above any device offset.
 		nextIno: 1 << 62,
@@ -97,11 +111,32 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 	return s, nil
 }
 
-func fsName(vol *fatvol.Volume) string {
-	if p, ok := vol.Device().(interface{ Path() string }); ok {
-		return p.Path()
+// CheckMountpoint says what is wrong with dir as a mount point, before fusermount3 would fail
+// on it with no more than its exit code: it must exist and be a directory.
+func CheckMountpoint(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, iofs.ErrNotExist):
+		return fmt.Errorf("mount point %s: no such directory: %w", dir, err)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s is not a directory: %w", dir, syscall.ENOTDIR)
 	}
-	return "fat"
+	return nil
+}
+
+// fsName is the mount's source as /proc/mounts shows it: the device's absolute path, so it
+// names the image whatever directory the mount was started in.
+func fsName(vol *fatvol.Volume) string {
+	p, ok := vol.Device().(interface{ Path() string })
+	if !ok {
+		return "fat"
+	}
+	if abs, err := filepath.Abs(p.Path()); err == nil {
+		return abs
+	}
+	return p.Path()
 }
 
 // Unmount asks the kernel to unmount; it fails (EBUSY) while the mount is in use.

@@ -2,6 +2,7 @@ package fatfuse
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"time"
 
@@ -16,14 +17,29 @@ import (
 // permissions beyond the read-only attribute, so chown to another owner and mode bits outside
 // 0777 are refused (EPERM, or ignored with quiet), and a mode FAT cannot hold is ignored.
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.setattr(f, in); e != 0 {
+		return e
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+func (n *node) setattr(f gofs.FileHandle, in *fuse.SetAttrIn) syscall.Errno {
 	s := n.srv
+	s.ns.RLock()
+	defer s.ns.RUnlock()
 	var file *fatvol.File
 	if h, ok := f.(*handle); ok {
 		file = h.f
 	}
-	p, linked := n.path()
+	s.mu.Lock()
+	p, linked := n.pathLocked()
+	if file == nil {
+		// Removed since the kernel found it (truncate or utimes of /proc/self/fd/N).
+		file = n.anchor
+	}
+	s.mu.Unlock()
 	if !linked && file == nil {
-		return syscall.ENOENT
+		return syscall.ENOENT // a removed directory
 	}
 	mode, setMode := in.GetMode()
 	uid, setUID := in.GetUID()
@@ -33,7 +49,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			return syscall.EPERM
 		}
 		// vfat with quiet: the whole call succeeds and changes nothing.
-		return n.Getattr(ctx, f, out)
+		return 0
 	}
 	size, setSize := in.GetSize()
 	atime, setAtime := in.GetATime()
@@ -71,16 +87,28 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			return e
 		}
 	}
-	return n.Getattr(ctx, f, out)
+	return 0
 }
 
 // truncate sets the size through the open handle when it allows writing (that also reaches a
-// removed file), else by path: open(O_RDONLY|O_TRUNC) truncates on Linux too.
+// removed file), else by path: open(O_RDONLY|O_TRUNC) truncates on Linux too. A removed file
+// whose handle is read-only is truncated through a writable handle opened from it.
 func (n *node) truncate(file *fatvol.File, p string, linked bool, size int64) syscall.Errno {
 	s := n.srv
 	if file != nil {
 		err := file.Truncate(size)
-		if e := fatvol.Errno(err); err == nil || e != syscall.EBADF || !linked {
+		if e := fatvol.Errno(err); err == nil || e != syscall.EBADF {
+			return s.errno(err)
+		}
+		if !linked {
+			w, err := file.Reopen(os.O_WRONLY)
+			if err != nil {
+				return s.errno(err)
+			}
+			err = w.Truncate(size)
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
 			return s.errno(err)
 		}
 	}

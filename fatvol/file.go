@@ -230,6 +230,34 @@ func (f *File) Close() error {
 	return pathErr2("close", f.name, err)
 }
 
+// Reopen opens the file f is open on once more, with flag (os.O_RDONLY, O_WRONLY, O_RDWR and
+// O_APPEND; O_CREATE, O_EXCL and O_TRUNC make no sense here): by reference, not by path, so it
+// reaches the same file after a rename or after its removal, as open(2) of /proc/self/fd/N does.
+// The file's clusters stay until the last of its handles is closed.
+func (f *File) Reopen(flag int) (*File, error) {
+	f.v.mu.Lock()
+	defer f.v.mu.Unlock()
+	if f.closed {
+		return nil, pathErr("open", f.name, errFileClosed)
+	}
+	if err := f.v.usable(); err != nil {
+		return nil, pathErr("open", f.name, err)
+	}
+	if flag&(os.O_CREATE|os.O_EXCL|os.O_TRUNC) != 0 {
+		return nil, pathErr("open", f.name, syscall.EINVAL)
+	}
+	if flag&writeFlags != 0 {
+		if err := f.v.writable(); err != nil {
+			return nil, pathErr("open", f.name, err)
+		}
+		if f.n.isDir() {
+			return nil, pathErr("open", f.name, syscall.EISDIR)
+		}
+	}
+	f.n.refs++
+	return &File{v: f.v, n: f.n, name: f.name, flag: flag}, nil
+}
+
 // ReadDir reads the directory's entries in directory order, as fs.ReadDirFile: with count > 0 at
 // most count entries and io.EOF at the end, with count <= 0 all that are left.
 func (f *File) ReadDir(count int) ([]fs.DirEntry, error) {

@@ -54,6 +54,10 @@ type Options struct {
 	// leaving it to writeback, and without the write order's flushes, as the kernel's stock driver.
 	// Only for comparison.
 	EntryPerWrite bool
+	// Checked tells that the caller checked (or repaired) the volume just before this open and
+	// found nothing wrong but the dirty bit, so a clean Close may clear a dirty bit found at open.
+	// Without it that bit stays, as Linux vfat leaves it: only a check may say the volume is whole.
+	Checked bool
 }
 
 // Defaults for Options' zero values.
@@ -89,6 +93,7 @@ type Volume struct {
 	fsinfo        ondisk.FSInfo // as last written
 	fsinfoRaw     []byte        // the FSINFO sector, once read
 	bootState     uint8         // state byte as on disk
+	openedDirty   bool          // the dirty bit was set before this open
 	dirtyDirs     map[*dirContent]struct{}
 	orphans       map[*node]struct{} // removed while open: their clusters go at the last close
 	order         order              // FAT changes waiting for something else to be durable
@@ -171,6 +176,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 		return nil, fmt.Errorf("%s: %w", v.name, err)
 	}
 	v.boot, v.geo, v.bootState = boot, geo, boot.State
+	v.openedDirty = boot.State&ondisk.StateDirty != 0
 	v.blockSize = dev.BlockSize()
 	if bs := opts.BlockSize; bs != 0 {
 		if bs&(bs-1) != 0 || bs < dev.LogicalBlockSize() || bs > 64<<10 {
@@ -260,8 +266,13 @@ func (v *Volume) syncLocked() error {
 	return v.durable()
 }
 
-// Close writes everything back, clears the dirty bit, and closes the device. Files still open
-// are written back too; using them afterwards fails.
+// OpenedDirty tells whether the volume's dirty bit was set when it was opened: it was not
+// cleanly unmounted (or is in use elsewhere), and some data may be corrupt.
+func (v *Volume) OpenedDirty() bool { return v.openedDirty }
+
+// Close writes everything back, clears the dirty bit (unless it was set at open and the volume
+// was not Checked), and closes the device. Files still open are written back too; using them
+// afterwards fails.
 func (v *Volume) Close() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -286,7 +297,7 @@ func (v *Volume) Close() error {
 		if err == nil {
 			err = v.syncLocked()
 		}
-		if err == nil {
+		if err == nil && (!v.openedDirty || v.opts.Checked) {
 			err = v.setState(v.bootState &^ ondisk.StateDirty)
 		}
 	}

@@ -95,7 +95,11 @@ func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mod
 		return nil, err
 	}
 	dev := newMeteredDevice(file, devicePath)
-	vol, err := fatvol.Open(dev, volumeOptions(opts, mode))
+	vo := volumeOptions(opts, mode)
+	// NodeStageVolume checked the volume (and repaired it, or serves it read-only) just before:
+	// a clean unmount may mark it clean.
+	vo.Checked = true
+	vol, err := fatvol.Open(dev, vo)
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("open volume %s on %s: %w", name, devicePath, err)

@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -13,18 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-fat/csi-fat/fatvol"
-	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
-
-// entriesPerNewFile is the directory entries one more file is reckoned to take: its short entry
-// and one long-name entry, which holds a name of up to 13 characters. Names like "pvc-data.bin"
-// fit; longer names take one more entry per 13 characters, so the estimate is an upper bound
-// for them and exact for 8.3 names written in upper case, which need only one.
-const entriesPerNewFile = 2
-
-// maxCountedEntries bounds the walk that counts used entries, so a huge volume cannot make a
-// stats call slow; past it the count is a lower bound.
-const maxCountedEntries = 1 << 20
 
 // VolumeStats is what NodeGetVolumeStats reports of a served volume.
 type VolumeStats struct {
@@ -32,61 +19,26 @@ type VolumeStats struct {
 	TotalInodes, FreeInodes, UsedInodes   int64
 }
 
-// volumeStats measures a served volume. FAT has no inode table: the used "inodes" are the
-// files and directories on the volume, and the free ones are how many more files fit, by
-// directory entries: the free slots of a FAT12/16 fixed root directory plus what the free
-// clusters would hold as directory space, at entriesPerNewFile entries per file. Every new
-// directory entry needs that space, and an empty file needs nothing else.
+// volumeStats measures a served volume: bytes in clusters, "inodes" as the mount's statfs
+// reports them (fatvol.Volume.Files).
 func volumeStats(vol *fatvol.Volume) (VolumeStats, error) {
 	st, err := vol.StatFS()
 	if err != nil {
 		return VolumeStats{}, err
 	}
-	geo := vol.Geometry()
-	cluster := int64(st.ClusterSize)
-	vs := VolumeStats{
-		TotalBytes:     int64(st.TotalClusters) * cluster,
-		AvailableBytes: int64(st.FreeClusters) * cluster,
-		UsedBytes:      int64(st.UsedClusters) * cluster,
-	}
-	used, rootEntries, err := countEntries(vol)
+	files, err := vol.Files()
 	if err != nil {
 		return VolumeStats{}, err
 	}
-	free := vs.AvailableBytes / ondisk.DirEntrySize / entriesPerNewFile
-	if geo.RootEntries > 0 {
-		// Entries in the fixed root: each file there has a short entry and usually one long one.
-		rootFree := int64(geo.RootEntries) - rootEntries*entriesPerNewFile
-		free += max(rootFree, 0) / entriesPerNewFile
-	}
-	vs.UsedInodes, vs.FreeInodes = used, free
-	vs.TotalInodes = used + free
-	return vs, nil
-}
-
-// countEntries counts the files and directories on the volume, and those in its root.
-func countEntries(vol *fatvol.Volume) (all, root int64, err error) {
-	errStop := errors.New("enough")
-	err = fs.WalkDir(vol, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == "." {
-			return nil
-		}
-		all++
-		if filepath.Dir(p) == "." {
-			root++
-		}
-		if all >= maxCountedEntries {
-			return errStop
-		}
-		return nil
-	})
-	if errors.Is(err, errStop) {
-		err = nil
-	}
-	return all, root, err
+	cluster := int64(st.ClusterSize)
+	return VolumeStats{
+		TotalBytes:     int64(st.TotalClusters) * cluster,
+		AvailableBytes: int64(st.FreeClusters) * cluster,
+		UsedBytes:      int64(st.UsedClusters) * cluster,
+		TotalInodes:    files.Total,
+		FreeInodes:     files.Free,
+		UsedInodes:     files.Used,
+	}, nil
 }
 
 // condition judges a served volume's health: its device still there and answering, its mount

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
-	"github.com/csi-fat/csi-fat/fatvol"
 )
 
 func init() {
@@ -39,7 +38,9 @@ func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
 			"Serve the FAT file system on IMAGE or DEVICE at MOUNTPOINT through FUSE, in the foreground,\n"+
 			"until it is unmounted (fusermount3 -u MOUNTPOINT, umount MOUNTPOINT) or the process gets\n"+
 			"SIGINT or SIGTERM. Then everything is written back, the volume is marked clean, and the\n"+
-			"exit status is 0. -o may also follow the operands.\n\noptions:\n")
+			"exit status is 0. A volume that was not cleanly unmounted before is served with a warning\n"+
+			"and stays marked dirty for fsck, unless -o check or -o repair found it whole at the mount.\n"+
+			"-o may also follow the operands.\n\noptions:\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(out, "\nmount options (-o):\n%s", fatfuse.OptionsHelp)
 	}
@@ -90,9 +91,14 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	// Before the volume is opened (and marked dirty): fusermount3 would say no more than its code.
+	if err := fatfuse.CheckMountpoint(mountpoint); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 1
+	}
 	vopts := opts.VolumeOptions()
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vol, err := fatvol.OpenImage(image, vopts)
+	vol, err := openForMount(image, opts, vopts, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 1
