@@ -57,6 +57,19 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 	if err := CheckMountpoint(mountpoint); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", fsName(vol), err)
 	}
+	return serve(vol, mountpoint, mountpoint, opts)
+}
+
+// ServeFD serves vol on a FUSE connection someone else has mounted already: fd is its
+// /dev/fuse descriptor (go-fuse's /dev/fd/N mountpoint), mountpoint where it is mounted, for
+// logs only. The mount's options were the mounter's to pass to mount(2); opts are still the
+// server's. Unmounting is the mounter's too (umount2 of mountpoint): Unmount fails, and Wait
+// returns once the kernel ends the session.
+func ServeFD(vol *fatvol.Volume, fd int, mountpoint string, opts Options) (*Server, error) {
+	return serve(vol, fmt.Sprintf("/dev/fd/%d", fd), mountpoint, opts)
+}
+
+func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, error) {
 	geo := vol.Geometry()
 	s := &Server{
 		vol:        vol,
@@ -103,7 +116,7 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 		Logger:          log.New(os.Stderr, "fatfuse: ", log.LstdFlags),
 		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR},
 	}
-	srv, err := fs.Mount(mountpoint, s.root, fo)
+	srv, err := fs.Mount(dir, s.root, fo)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	MaxVolumes int
 	// USB enables the USB pool; nil leaves it off.
 	USB *USBConfig
+	// Mounter says where volumes are served: in this process (the zero value) or each in a
+	// mounter process of its own that outlives this one.
+	Mounter MounterConfig
 }
 
 // Manager owns the node's volumes: their pools, their records in the node-local state, and
@@ -63,6 +66,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.TopologyKey == "" {
 		return nil, fmt.Errorf("no topology key")
+	}
+	if err := cfg.Mounter.validate(); err != nil {
+		return nil, err
 	}
 	if cfg.USB != nil {
 		if err := cfg.USB.ValidatePatterns(); err != nil {
@@ -397,7 +403,8 @@ func (m *Manager) devicePath(rec VolumeRecord) (string, error) {
 }
 
 // Shutdown writes every served volume back and makes it durable, for a plugin about to exit.
-// The mounts stay: they end with the process and Restore serves them again.
+// The mounts stay: those this process serves end with it and Restore serves them again; those
+// mounter processes serve live on and Restore adopts them.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
 	served := make([]*servedVolume, 0, len(m.served))
@@ -406,7 +413,10 @@ func (m *Manager) Shutdown() {
 	}
 	m.mu.Unlock()
 	for _, sv := range served {
-		if err := sv.vol.Sync(); err != nil {
+		if sv.gone() {
+			continue
+		}
+		if err := sv.sync(); err != nil {
 			klog.ErrorS(err, "writing back at shutdown", "volume", sv.name)
 		}
 	}
@@ -430,6 +440,15 @@ func (m *Manager) Release() {
 		}
 	}
 	for _, sv := range served {
+		if sv.remote != nil {
+			if err := sv.stop(); err != nil {
+				m.mounts.detachAll(sv.path)
+				if err := sv.stopRemote(); err != nil {
+					klog.ErrorS(err, "stopping a mounter", "volume", sv.name)
+				}
+			}
+			continue
+		}
 		if err := sv.stop(); err != nil && !sv.gone() {
 			m.mounts.detachAll(sv.path)
 			select {

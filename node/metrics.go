@@ -63,14 +63,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStaged, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 	for _, it := range items {
-		s := it.sv.dev.Stats()
+		h := it.sv.health(false, false)
+		if it.sv.remote != nil && h.gone != "" {
+			continue // its mounter is gone: no figures
+		}
+		s := h.device
 		ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(s.Reads), it.id, "read")
 		ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(s.Writes), it.id, "write")
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.BytesRead), it.id, "read")
 		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.BytesWritten), it.id, "write")
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes), it.id)
-		n, _ := it.sv.dev.ioErrors()
-		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(n), it.id)
-		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(it.sv.vol.DirtyBytes()), it.id)
+		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Errors), it.id)
+		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(h.dirty), it.id)
 	}
 }

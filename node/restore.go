@@ -7,9 +7,12 @@ import (
 )
 
 // Restore brings back what the node-local state says was staged and published before the
-// plugin restarted. The FUSE servers died with the old process, leaving dead mounts at the
-// staging paths and at the targets bound to them: each staged volume is served again at its
-// staging path and each target bound again, so pods and kubelet find them where they were.
+// plugin restarted. A volume whose mounter process is alive and serving is adopted, its mounts
+// left as they are. The FUSE servers that ran in the old process died with it (and so did a
+// mounter that is gone), leaving dead mounts at the staging paths and at the targets bound to
+// them: each such staged volume is served again at its staging path and each target bound
+// again, so pods and kubelet find them where they were. Mounters no staged volume names are
+// stopped and their mounts removed.
 // Records of volumes that no longer exist are dropped and their mounts removed. A volume whose
 // device is missing stays recorded and unserved (its condition says so) until NodeStageVolume
 // is retried with the device back.
@@ -37,6 +40,17 @@ func (m *Manager) Restore() error {
 			m.forget(func(s *State) { delete(s.Staged, name) }, st.Path)
 			continue
 		}
+		if st.Mounter != nil {
+			sv, err := m.adoptMounter(rec, &st)
+			if err == nil {
+				m.mu.Lock()
+				m.served[name] = sv
+				m.mu.Unlock()
+				continue
+			}
+			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "reason", err)
+			dropMounter(st.Mounter, rec.ID)
+		}
 		if err := m.stage(rec, &st); err != nil {
 			klog.ErrorS(err, "serving a staged volume again", "volume", rec.ID, "path", st.Path)
 			failed = append(failed, rec.ID)
@@ -55,11 +69,17 @@ func (m *Manager) Restore() error {
 		if sv == nil {
 			continue // not served: the dead mount stays until the volume is staged again
 		}
+		if sv.remote != nil && !sv.gone() && healthy(target) == nil {
+			if mounted, err := m.mounts.isMountPoint(target); err == nil && mounted {
+				continue // an adopted mounter's volume: the bind mount lived on with it
+			}
+		}
 		if err := m.publish(pub.Name, st.Path, target, pub.ReadOnly); err != nil {
 			klog.ErrorS(err, "binding a published volume again", "volume", pub.Name, "target", target)
 			failed = append(failed, pub.Name+" at "+target)
 		}
 	}
+	m.removeOrphanMounters()
 	if len(failed) > 0 {
 		return fmt.Errorf("restore: %d volume(s) could not be served again: %v", len(failed), failed)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/mounter"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
 
 // servedVolume is a staged volume: the engine open on its device, served through FUSE at the
@@ -29,6 +31,8 @@ type servedVolume struct {
 	// damage says why the volume is served read-only with file system errors; "" when it is
 	// served clean.
 	damage string
+	// remote is the mounter process serving the volume; dev, vol, srv and done are nil then.
+	remote *mounterProc
 }
 
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
@@ -41,6 +45,15 @@ const unmountWait = 10 * time.Second
 // write, as Kubernetes expects of an fsGroup volume. allow_other is always on: pods run as
 // other users than the driver.
 func mountOptions(flags []string, group string, readOnly bool) (fatfuse.Options, error) {
+	s, err := mountOptionString(flags, group, readOnly)
+	if err != nil {
+		return fatfuse.Options{}, err
+	}
+	return fatfuse.ParseOptions(s)
+}
+
+// mountOptionString is mountOptions as a -o string, as a mounter process is handed it.
+func mountOptionString(flags []string, group string, readOnly bool) (string, error) {
 	var opts []string
 	masks := false
 	for _, f := range flags {
@@ -59,7 +72,7 @@ func mountOptions(flags []string, group string, readOnly bool) (fatfuse.Options,
 	if group != "" {
 		gid, err := strconv.ParseUint(group, 10, 32)
 		if err != nil {
-			return fatfuse.Options{}, fmt.Errorf("volume mount group %q is not a numeric group ID", group)
+			return "", fmt.Errorf("volume mount group %q is not a numeric group ID", group)
 		}
 		opts = append(opts, "gid="+strconv.FormatUint(gid, 10))
 		if !masks {
@@ -70,7 +83,7 @@ func mountOptions(flags []string, group string, readOnly bool) (fatfuse.Options,
 	if readOnly {
 		opts = append(opts, "ro")
 	}
-	return fatfuse.ParseOptions(strings.Join(opts, ","))
+	return strings.Join(opts, ","), nil
 }
 
 // volumeOptions are the engine's options for a write mode and mount options.
@@ -138,6 +151,9 @@ func claimCode(err error, fallback codes.Code) codes.Code {
 
 // gone tells whether the FUSE mount has ended, e.g. unmounted from outside.
 func (sv *servedVolume) gone() bool {
+	if sv.remote != nil {
+		return sv.remote.isGone()
+	}
 	select {
 	case <-sv.done:
 		return true
@@ -149,6 +165,9 @@ func (sv *servedVolume) gone() bool {
 // stop unmounts, waits for the FUSE session to end and closes the volume, which writes
 // everything back and marks it clean. It fails, serving on, while the mount is busy.
 func (sv *servedVolume) stop() error {
+	if sv.remote != nil {
+		return sv.stopRemote()
+	}
 	if err := sv.srv.Unmount(); err != nil && !sv.gone() {
 		return err
 	}
@@ -161,4 +180,73 @@ func (sv *servedVolume) stop() error {
 		return fmt.Errorf("write back volume %s: %w", sv.name, err)
 	}
 	return nil
+}
+
+// sync writes everything back to the device.
+func (sv *servedVolume) sync() error {
+	if sv.remote != nil {
+		return sv.remote.sync()
+	}
+	return sv.vol.Sync()
+}
+
+// health is what a volume's condition is judged by.
+type health struct {
+	fence, damage, failure string // the engine's fence and damage, the mount's failure
+	ioErrors               int64
+	lastIOError            string
+	gone                   string // why nothing serves the mount any more; "" while served
+	checkDamage            string // why the check before serving left it read-only
+	device                 protocol.Device
+	dirty                  int64
+	stats                  *protocol.Stats
+	statsErr               error
+}
+
+// health reads the volume's state, with its statfs figures (and file counts with files) when
+// stats is set.
+func (sv *servedVolume) health(stats, files bool) health {
+	if sv.remote != nil {
+		s, err := sv.remote.status(stats && files)
+		if err != nil {
+			if sv.remote.isGone() {
+				return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
+			}
+			return health{gone: fmt.Sprintf("its mounter (pid %d) does not answer: %v", sv.remote.pid, err), checkDamage: sv.damage}
+		}
+		h := health{fence: s.Fence, damage: s.Damage, failure: s.Failure, ioErrors: s.Device.Errors,
+			lastIOError: s.Device.LastError, checkDamage: s.CheckDamage, device: s.Device, dirty: s.DirtyBytes, stats: s.Stats}
+		if !s.Serving {
+			h.gone = "the FUSE mount has ended; stage the volume again"
+		}
+		if s.StatsError != "" {
+			h.statsErr = errors.New(s.StatsError)
+		}
+		return h
+	}
+	h := health{checkDamage: sv.damage}
+	if err := sv.vol.Err(); err != nil {
+		h.fence = err.Error()
+	}
+	if err := sv.vol.Damage(); err != nil {
+		h.damage = err.Error()
+	}
+	if err := sv.srv.Failure(); err != nil {
+		h.failure = err.Error()
+	}
+	n, last := sv.dev.ioErrors()
+	h.ioErrors = n
+	if last != nil {
+		h.lastIOError = last.Error()
+	}
+	if sv.gone() {
+		h.gone = "the FUSE mount has ended; stage the volume again"
+	}
+	s := sv.dev.Stats()
+	h.device = protocol.Device{Reads: s.Reads, Writes: s.Writes, BytesRead: s.BytesRead, BytesWritten: s.BytesWritten, Flushes: s.Flushes, Errors: n}
+	h.dirty = sv.vol.DirtyBytes()
+	if stats {
+		h.stats, h.statsErr = mounter.StatsOf(sv.vol, files)
+	}
+	return h
 }

@@ -131,20 +131,29 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 	if err := m.mounts.detachAll(st.Path); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	forceReadOnly, damage, err := checkBeforeServing(rec, devPath, opts.ReadOnly)
-	if err != nil {
-		return err
-	}
-	if forceReadOnly && !opts.ReadOnly {
-		if opts, err = mountOptions(st.MountFlags, st.MountGroup, true); err != nil {
-			return invalid("%v", err)
+	var sv *servedVolume
+	st.Mounter = nil
+	if m.cfg.Mounter.process() {
+		if sv, err = m.serveInMounter(rec, devPath, st); err != nil {
+			return err
 		}
+		opts.ReadOnly = opts.ReadOnly || sv.damage != ""
+	} else {
+		forceReadOnly, damage, err := checkBeforeServing(rec, devPath, opts.ReadOnly)
+		if err != nil {
+			return err
+		}
+		if forceReadOnly && !opts.ReadOnly {
+			if opts, err = mountOptions(st.MountFlags, st.MountGroup, true); err != nil {
+				return invalid("%v", err)
+			}
+		}
+		sv, err = serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
+		if err != nil {
+			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
+		}
+		sv.damage = damage
 	}
-	sv, err := serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
-	if err != nil {
-		return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
-	}
-	sv.damage = damage
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.served[rec.Name] = sv
@@ -267,7 +276,8 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err := s.m.checkOtherMounts("target path", req.GetTargetPath(), "", filepath.Clean(req.GetTargetPath())); err != nil {
 		return nil, err
 	}
-	if _, err := s.m.record(id); err != nil {
+	rec, err := s.m.record(id)
+	if err != nil {
 		return nil, err
 	}
 	m := s.m
@@ -284,6 +294,18 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	m.mu.Unlock()
 	if st == nil || st.Path != staging {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
+	}
+	if sv != nil && sv.remote != nil && sv.gone() {
+		// Its mounter died (killed, out of memory, a panic): kubelet may never stage it again,
+		// so serve it again here, after the check and repair of every staging.
+		klog.InfoS("serving again a volume whose mounter is gone", "volume", id.String(), "why", sv.remote.endedWhy())
+		again := *st
+		if err := m.stage(rec, &again); err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		sv = m.served[id.Name]
+		m.mu.Unlock()
 	}
 	if sv == nil || sv.gone() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s but not served; stage it again", id, staging)
@@ -398,7 +420,7 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 // there is one). volume names the volume in errors and logs. The caller holds the volume's lock.
 func (m *Manager) unbind(volume, target string, pub *PublishRecord, sv *servedVolume) error {
 	if pub != nil && sv != nil && !sv.gone() {
-		if err := sv.vol.Sync(); err != nil {
+		if err := sv.sync(); err != nil {
 			klog.ErrorS(err, "writing back before unpublishing", "volume", volume)
 		}
 	}

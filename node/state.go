@@ -35,6 +35,8 @@ type StageRecord struct {
 	MountFlags []string `json:"mountFlags,omitempty"`
 	MountGroup string   `json:"mountGroup,omitempty"`
 	AccessMode int32    `json:"accessMode"`
+	// Mounter is the process serving the volume, when not the plugin's own.
+	Mounter *MounterRecord `json:"mounter,omitempty"`
 }
 
 // PublishRecord is a bind mount of a staged volume at a target path.

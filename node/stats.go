@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,41 +10,11 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/csi-fat/csi-fat/fatvol"
 )
-
-// VolumeStats is what NodeGetVolumeStats reports of a served volume.
-type VolumeStats struct {
-	TotalBytes, AvailableBytes, UsedBytes int64
-	TotalInodes, FreeInodes, UsedInodes   int64
-}
-
-// volumeStats measures a served volume: bytes in clusters, "inodes" as the mount's statfs
-// reports them (fatvol.Volume.Files).
-func volumeStats(vol *fatvol.Volume) (VolumeStats, error) {
-	st, err := vol.StatFS()
-	if err != nil {
-		return VolumeStats{}, err
-	}
-	files, err := vol.Files()
-	if err != nil {
-		return VolumeStats{}, err
-	}
-	cluster := int64(st.ClusterSize)
-	return VolumeStats{
-		TotalBytes:     int64(st.TotalClusters) * cluster,
-		AvailableBytes: int64(st.FreeClusters) * cluster,
-		UsedBytes:      int64(st.UsedClusters) * cluster,
-		TotalInodes:    files.Total,
-		FreeInodes:     files.Free,
-		UsedInodes:     files.Used,
-	}, nil
-}
 
 // condition judges a served volume's health: its device still there and answering, its mount
 // alive at path.
-func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (abnormal bool, msg string) {
+func (m *Manager) condition(rec VolumeRecord, h health, path string) (abnormal bool, msg string) {
 	if rec.Device != "" && m.usb != nil {
 		if _, err := m.usb.findUSB(rec.Device); err != nil {
 			return true, fmt.Sprintf("usb device %s has disappeared: %v", rec.Device, err)
@@ -53,26 +24,26 @@ func (m *Manager) condition(rec VolumeRecord, sv *servedVolume, path string) (ab
 			return true, fmt.Sprintf("image file: %v", err)
 		}
 	}
-	if err := sv.vol.Err(); err != nil {
-		return true, fmt.Sprintf("the volume takes no more writes: %v; unstage it and stage it again once the device is back", err)
+	if h.fence != "" {
+		return true, fmt.Sprintf("the volume takes no more writes: %s; unstage it and stage it again once the device is back", h.fence)
 	}
-	if err := sv.vol.Damage(); err != nil {
-		return true, fmt.Sprintf("damage found while serving, changes are refused (check the unstaged volume with csi-fat fsck): %v", err)
+	if h.damage != "" {
+		return true, fmt.Sprintf("damage found while serving, changes are refused (check the unstaged volume with csi-fat fsck): %s", h.damage)
 	}
-	if err := sv.srv.Failure(); err != nil {
-		return true, fmt.Sprintf("the mount went read-only after an I/O error (errors=remount-ro): %v", err)
+	if h.failure != "" {
+		return true, fmt.Sprintf("the mount went read-only after an I/O error (errors=remount-ro): %s", h.failure)
 	}
-	if n, last := sv.dev.ioErrors(); n > 0 {
-		return true, fmt.Sprintf("%d device I/O errors, the last: %v", n, last)
+	if h.ioErrors > 0 {
+		return true, fmt.Sprintf("%d device I/O errors, the last: %s", h.ioErrors, h.lastIOError)
 	}
-	if sv.gone() {
-		return true, "the FUSE mount has ended; stage the volume again"
+	if h.gone != "" {
+		return true, h.gone
 	}
 	if err := healthy(path); err != nil {
 		return true, fmt.Sprintf("mount at %s: %v", path, err)
 	}
-	if sv.damage != "" {
-		return true, sv.damage
+	if h.checkDamage != "" {
+		return true, h.checkDamage
 	}
 	return false, "volume is served and its device answers"
 }
@@ -106,8 +77,12 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 			Abnormal: true, Message: "volume is recorded as staged but not served (is its device attached?)",
 		}}, nil
 	}
-	abnormal, msg := m.condition(rec, sv, path)
-	vs, err := volumeStats(sv.vol)
+	h := sv.health(true, true)
+	abnormal, msg := m.condition(rec, h, path)
+	vs, err := h.stats, h.statsErr
+	if err == nil && vs == nil {
+		err = errors.New("no statfs figures")
+	}
 	if err != nil {
 		// Without numbers the condition still tells the story.
 		return &csi.NodeGetVolumeStatsResponse{VolumeCondition: &csi.VolumeCondition{
@@ -117,7 +92,7 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	return &csi.NodeGetVolumeStatsResponse{
 		Usage: []*csi.VolumeUsage{
 			{Unit: csi.VolumeUsage_BYTES, Total: vs.TotalBytes, Available: vs.AvailableBytes, Used: vs.UsedBytes},
-			{Unit: csi.VolumeUsage_INODES, Total: vs.TotalInodes, Available: vs.FreeInodes, Used: vs.UsedInodes},
+			{Unit: csi.VolumeUsage_INODES, Total: vs.TotalFiles, Available: vs.FreeFiles, Used: vs.UsedFiles},
 		},
 		VolumeCondition: &csi.VolumeCondition{Abnormal: abnormal, Message: msg},
 	}, nil

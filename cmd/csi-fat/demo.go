@@ -29,11 +29,12 @@ func init() {
 const demoVolumeName = "demo-volume"
 
 type demoFlags struct {
-	dir   string
-	size  sizeFlag
-	label string
-	mode  string
-	keep  bool
+	dir     string
+	size    sizeFlag
+	label   string
+	mode    string
+	keep    bool
+	mounter string
 }
 
 func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
@@ -44,6 +45,7 @@ func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
 	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes)")
 	fs.StringVar(&f.label, "label", "CSIFATDEMO", "volume label")
 	fs.StringVar(&f.mode, "mode", node.ModeDefault, "write mode: default, flush or sync")
+	fs.StringVar(&f.mounter, "mounter", node.MounterProcess, "where the volume is served: process (a mounter process of its own, which outlives the driver) or inprocess")
 	fs.BoolVar(&f.keep, "keep", false, "on exit keep the volume's image in DIR/pool instead of deleting it")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: csi-fat demo [OPTIONS]\n\n"+
@@ -134,6 +136,7 @@ func demo(f *demoFlags, logPath string, signals <-chan os.Signal) error {
 			PoolDir:  filepath.Join(f.dir, "pool"),
 			// The demo's pool lives wherever DIR is: keep only a small reserve.
 			Reserve: 64 << 20,
+			Mounter: node.MounterConfig{Mode: f.mounter},
 		},
 	})
 	if err != nil {

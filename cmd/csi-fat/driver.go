@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -68,6 +69,7 @@ type driverFlags struct {
 	usbCfg                                                          node.USBConfig
 	allowVendor, denyVendor, allowModel, denyModel                  listFlag
 	allowSerial, denySerial, allowByID, denyByID                    listFlag
+	mounter, mounterUser                                            string
 }
 
 func defaultNodeID() string {
@@ -93,6 +95,8 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.healthAddress, "health-address", "", "host:port to answer a liveness probe on at /healthz: 200 when the driver is ready, 503 and the reason when not (default: none; may equal --metrics-address)")
 	fs.StringVar(&f.registrationDir, "kubelet-registration-dir", "", "register with the kubelet through its plugin watcher in this directory, e.g. /var/lib/kubelet/plugins_registry, instead of the node-driver-registrar sidecar (default: off)")
 	fs.StringVar(&f.registrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it (default: /var/lib/kubelet/plugins/<driver-name>/csi.sock)")
+	fs.StringVar(&f.mounter, "mounter", "auto", "where volumes are served: \"process\" (a mounter process per volume, unprivileged, which outlives a restart of the driver), \"inprocess\" (in the driver's process: a restart kills the mounts), or \"auto\": inprocess in a Kubernetes pod (a child dies with its container anyway, until mounter pods exist), else process")
+	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounter processes run as (numeric); they need no privilege")
 	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
 	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
 	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates")
@@ -111,13 +115,38 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 		fmt.Fprintf(out, "usage: csi-fat driver [OPTIONS]\n\n"+
 			"Run the CSI plugin: identity, controller and node services on one gRPC server. Volumes\n"+
 			"are FAT file systems in image files of the pool directory, or on whole USB disks, and are\n"+
-			"served through FUSE by this process. Every node runs it; volumes are accessible on the\n"+
+			"served through FUSE by a mounter process each (see --mounter). Every node runs it; volumes are accessible on the\n"+
 			"node that made them only (topology key <driver-name>/node). Allow/deny patterns: a device\n"+
 			"is used when it matches no deny pattern and, if any allow pattern is given, one of them.\n"+
 			"Log verbosity: -v=2 logs failed calls of every kind, -v=4 every request and answer.\n\noptions:\n")
 		fs.PrintDefaults()
 	}
 	return fs, f
+}
+
+// mounterConfig reads --mounter and --mounter-user.
+func (f *driverFlags) mounterConfig() (node.MounterConfig, error) {
+	var c node.MounterConfig
+	switch f.mounter {
+	case "auto":
+		c.Mode = node.MounterProcess
+		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			c.Mode = node.MounterInProcess
+		}
+	case node.MounterProcess, node.MounterInProcess:
+		c.Mode = f.mounter
+	default:
+		return c, fmt.Errorf("--mounter %q: want process, inprocess or auto", f.mounter)
+	}
+	u, g, ok := strings.Cut(f.mounterUser, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return c, fmt.Errorf("--mounter-user %q: want UID:GID, numeric", f.mounterUser)
+	}
+	uid32, gid32 := uint32(uid), uint32(gid)
+	c.UID, c.GID = &uid32, &gid32
+	return c, nil
 }
 
 func (f *driverFlags) config() driver.Config {
@@ -162,8 +191,15 @@ func runDriver(args []string) int {
 		fmt.Fprintf(os.Stderr, "csi-fat driver: --max-volumes %d is negative\n", f.maxVolumes)
 		return 2
 	}
+	mc, err := f.mounterConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat driver: %v\n", err)
+		return 2
+	}
 	defer klog.Flush()
-	d, err := driver.New(f.config())
+	cfg := f.config()
+	cfg.Node.Mounter = mc
+	d, err := driver.New(cfg)
 	if err != nil {
 		klog.ErrorS(err, "starting the driver")
 		return 1

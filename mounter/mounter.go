@@ -1,0 +1,343 @@
+// Package mounter is the unprivileged side of csi-fat's node plugin: a process that serves one
+// volume's engine and FUSE session on descriptors the privileged plugin opened and mounted and
+// handed over (package protocol), and answers the plugin's control requests. It needs no
+// privilege, capability or host path: everything it touches arrives as a descriptor. It runs
+// the open-time check and repair too, so that a medium's structures are parsed only by
+// unprivileged code: a hostile image that crashes or hangs the parser takes down this process
+// and its one volume, never the plugin.
+package mounter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
+)
+
+// requestTimeout bounds how long a connection may take to send its next request.
+const requestTimeout = 30 * time.Second
+
+// stopWait bounds how long stop waits for the FUSE session to end once the plugin unmounted.
+const stopWait = 10 * time.Second
+
+// orphanWait is how long a mounter whose session ended (unmounted from outside) waits for the
+// plugin's stop, to report how closing the volume went, before it exits anyway.
+const orphanWait = time.Minute
+
+// FaultEnv is a test hook: "<fault>:<text>" makes the mounter misbehave as a hostile medium
+// could make a parser do, for requests whose volume ID contains text. Faults: check-panic,
+// check-hang, serve-panic. Never set it outside tests.
+const FaultEnv = "CSI_FAT_MOUNTER_FAULT"
+
+// Server is a mounter: at most one volume, served once.
+type Server struct {
+	log    *slog.Logger
+	exit   chan struct{} // closed when the process should exit
+	exitMu sync.Once
+
+	mu         sync.Mutex
+	volumeID   string
+	mountpoint string
+	dev        *meteredDevice
+	vol        *fatvol.Volume
+	srv        *fatfuse.Server
+	checkDmg   string
+	served     bool          // serve succeeded once; a second serve is refused
+	done       chan struct{} // closed once the session ended and the volume was closed
+	closeErr   error
+}
+
+// NewServer makes a mounter that logs to log.
+func NewServer(log *slog.Logger) *Server {
+	return &Server{log: log, exit: make(chan struct{})}
+}
+
+// Exit is closed when the mounter is done: stopped, or its volume's session ended and nobody
+// came to stop it.
+func (s *Server) Exit() <-chan struct{} { return s.exit }
+
+func (s *Server) quit() { s.exitMu.Do(func() { close(s.exit) }) }
+
+// Serve accepts control connections on l until the mounter is done.
+func (s *Server) Serve(l *net.UnixListener) error {
+	go func() {
+		<-s.exit
+		l.Close()
+	}()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			select {
+			case <-s.exit:
+				return nil
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		go s.handle(c)
+	}
+}
+
+// handle answers a connection's requests, one after the other, until it ends or errs.
+func (s *Server) handle(c *net.UnixConn) {
+	defer c.Close()
+	for {
+		var req protocol.Request
+		files, err := protocol.Receive(c, &req, time.Now().Add(requestTimeout))
+		if err != nil {
+			if protocol.IsEOF(err) {
+				return
+			}
+			var pe *protocol.Error
+			if errors.As(err, &pe) {
+				s.log.Warn("refusing a malformed request", "error", err)
+				protocol.Send(c, &protocol.Response{Version: protocol.Version, Error: err.Error(), Code: protocol.CodeInvalid})
+			}
+			return
+		}
+		if err := protocol.CheckRequest(&req, len(files)); err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			s.log.Warn("refusing a request", "op", req.Op, "error", err)
+			protocol.Send(c, &protocol.Response{Version: protocol.Version, Error: err.Error(), Code: protocol.CodeInvalid})
+			return
+		}
+		if req.Op == protocol.OpWatch {
+			// Never answered: the connection ends with the process.
+			<-s.exit
+			return
+		}
+		if req.Op != protocol.OpStatus {
+			s.log.Info("request", "op", req.Op, "volume", req.Volume)
+		}
+		resp := s.do(&req, files)
+		resp.Version = protocol.Version
+		if resp.Error != "" {
+			s.log.Warn("request failed", "op", req.Op, "volume", req.Volume, "error", resp.Error)
+		}
+		if err := protocol.Send(c, resp); err != nil {
+			s.log.Warn("answering", "op", req.Op, "error", err)
+			return
+		}
+		if req.Op == protocol.OpStop && resp.Error == "" {
+			s.quit()
+			return
+		}
+	}
+}
+
+func fail(err error, code string) *protocol.Response {
+	return &protocol.Response{Error: err.Error(), Code: code}
+}
+
+// fault applies the test hook for op on volume.
+func fault(op, volume string) {
+	v := os.Getenv(FaultEnv)
+	kind, text, ok := strings.Cut(v, ":")
+	if !ok || text == "" || !strings.Contains(volume, text) || !strings.HasPrefix(kind, op+"-") {
+		return
+	}
+	switch strings.TrimPrefix(kind, op+"-") {
+	case "panic":
+		panic("test fault: " + v)
+	case "hang":
+		select {}
+	}
+}
+
+func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response {
+	switch req.Op {
+	case protocol.OpCheck:
+		return s.check(req, files[0])
+	case protocol.OpServe:
+		return s.serve(req, files[0], files[1])
+	case protocol.OpStatus:
+		return &protocol.Response{Status: s.status(req.Files)}
+	case protocol.OpSync:
+		s.mu.Lock()
+		vol, done := s.vol, s.done
+		s.mu.Unlock()
+		if vol == nil || closed(done) {
+			return fail(errors.New("no volume is served"), protocol.CodeInvalid)
+		}
+		if err := vol.Sync(); err != nil {
+			return fail(fmt.Errorf("write back: %w", err), "")
+		}
+		return &protocol.Response{}
+	case protocol.OpStop:
+		return s.stop()
+	}
+	return fail(fmt.Errorf("unknown operation %q", req.Op), protocol.CodeInvalid)
+}
+
+func closed(c chan struct{}) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// check checks the device, repairing when asked. The descriptor is closed afterwards: the
+// plugin hands it over again to serve.
+func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
+	claim := blockdev.ExclusiveReadOnly
+	if req.Check.Repair {
+		claim = blockdev.Exclusive
+	}
+	dev, err := blockdev.FromFile(f, "device of "+req.Volume, claim)
+	if err != nil {
+		return fail(err, "")
+	}
+	defer dev.Close()
+	fault("check", req.Volume)
+	res, err := Check(dev, req.Check.Repair, req.Check.Walk)
+	if err != nil {
+		return fail(err, protocol.CodeNotFAT)
+	}
+	if len(res.Repaired) > 0 {
+		s.log.Warn("repaired before serving (as fsck.fat -a would)", "volume", req.Volume, "repaired", res.Repaired)
+	}
+	return &protocol.Response{Check: res}
+}
+
+// serve opens the volume on the device and serves it on the mounted FUSE descriptor.
+func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *protocol.Response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.served {
+		devFile.Close()
+		fuseFile.Close()
+		return fail(errors.New("this mounter serves a volume already"), protocol.CodeInvalid)
+	}
+	a := req.Serve
+	opts, err := fatfuse.ParseOptions(a.Options)
+	if err != nil {
+		devFile.Close()
+		fuseFile.Close()
+		return fail(err, protocol.CodeInvalid)
+	}
+	claim := blockdev.Exclusive
+	if opts.ReadOnly {
+		claim = blockdev.ExclusiveReadOnly
+	}
+	file, err := blockdev.FromFile(devFile, a.Source, claim)
+	if err != nil {
+		fuseFile.Close()
+		return fail(err, "")
+	}
+	fault("serve", req.Volume)
+	dev := &meteredDevice{Counting: blockdev.NewCounting(file), path: a.Source}
+	vo := opts.VolumeOptions()
+	vo.Flush = a.Mode == "flush" || opts.Flush
+	vo.Sync = a.Mode == "sync" || opts.Sync
+	vo.Checked = a.Checked
+	vo.Logger = s.log.With("volume", req.Volume)
+	vol, err := fatvol.Open(dev, vo)
+	if err != nil {
+		dev.Close()
+		fuseFile.Close()
+		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
+	}
+	// go-fuse reads the session from this descriptor number; the file stays open (and
+	// referenced, below) for as long as the session is served.
+	srv, err := fatfuse.ServeFD(vol, int(fuseFile.Fd()), a.Mountpoint, opts)
+	if err != nil {
+		vol.Close()
+		fuseFile.Close()
+		return fail(err, "")
+	}
+	s.served = true
+	s.volumeID, s.mountpoint, s.dev, s.vol, s.srv, s.checkDmg = req.Volume, a.Mountpoint, dev, vol, srv, a.Damage
+	s.done = make(chan struct{})
+	done := s.done
+	go func() {
+		srv.Wait()
+		err := vol.Close()
+		fuseFile.Close()
+		if err != nil {
+			s.log.Error("writing back at the end of the session", "volume", req.Volume, "error", err)
+		} else {
+			s.log.Info("session ended; volume written back and closed", "volume", req.Volume)
+		}
+		s.mu.Lock()
+		s.closeErr = err
+		s.mu.Unlock()
+		close(done)
+		time.AfterFunc(orphanWait, s.quit)
+	}()
+	s.log.Info("serving", "volume", req.Volume, "mountpoint", a.Mountpoint, "source", a.Source, "readOnly", opts.ReadOnly)
+	return &protocol.Response{}
+}
+
+// status reports the volume's state.
+func (s *Server) status(files bool) *protocol.Status {
+	s.mu.Lock()
+	st := &protocol.Status{PID: os.Getpid(), Volume: s.volumeID, Mountpoint: s.mountpoint, CheckDamage: s.checkDmg}
+	vol, srv, dev, done := s.vol, s.srv, s.dev, s.done
+	s.mu.Unlock()
+	if vol == nil {
+		return st
+	}
+	st.Serving = !closed(done)
+	if err := vol.Err(); err != nil {
+		st.Fence = err.Error()
+	}
+	if err := vol.Damage(); err != nil {
+		st.Damage = err.Error()
+	}
+	if err := srv.Failure(); err != nil {
+		st.Failure = err.Error()
+	}
+	st.Device = dev.counters()
+	if !st.Serving {
+		return st
+	}
+	st.DirtyBytes = vol.DirtyBytes()
+	stats, err := StatsOf(vol, files)
+	if err != nil {
+		st.StatsError = err.Error()
+	} else {
+		st.Stats = stats
+	}
+	return st
+}
+
+// stop waits for the session to end (the plugin unmounted it) and reports how closing the
+// volume went; the mounter exits after answering.
+func (s *Server) stop() *protocol.Response {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return &protocol.Response{}
+	}
+	select {
+	case <-done:
+	case <-time.After(stopWait):
+		return fail(fmt.Errorf("the FUSE session did not end within %v; is the volume still mounted?", stopWait), "")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closeErr != nil {
+		return fail(fmt.Errorf("write back: %w", s.closeErr), "")
+	}
+	return &protocol.Response{}
+}

@@ -1,0 +1,333 @@
+// Package protocol is the wire protocol between the privileged node plugin and an unprivileged
+// mounter (package mounter): one request and one response per connection turn, each a single
+// SOCK_SEQPACKET message holding a JSON object of at most MaxMessage bytes, with the file
+// descriptors a request carries (SCM_RIGHTS) in the same message. Every message names the
+// protocol's Version; a peer refuses another. A message that is too long, malformed, of another
+// version or with the wrong descriptors is answered with an error (never a hang: every read has
+// a deadline, never a panic), and descriptors that should not have come are closed.
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Version is the protocol's version. A change that an older peer would misread gets a new one.
+const Version = 1
+
+// MaxMessage bounds a message's JSON; a longer one is refused.
+const MaxMessage = 64 << 10
+
+// MaxFDs bounds the descriptors one message may carry.
+const MaxFDs = 2
+
+// Operations.
+const (
+	// OpCheck checks (and, when asked, repairs) the file system on the device it carries, the one
+	// descriptor, before it is served: the medium's structures are parsed by the mounter only.
+	OpCheck = "check"
+	// OpServe serves the volume: descriptors are the device and the already mounted /dev/fuse.
+	OpServe = "serve"
+	// OpStatus reports the volume's health, counters and (with Files) its statfs figures.
+	OpStatus = "status"
+	// OpSync writes everything back to the device and makes it durable.
+	OpSync = "sync"
+	// OpStop is sent once the plugin has unmounted the volume: the mounter waits for the FUSE
+	// session to end, closes the volume (writing back, marking it clean), answers and exits. A
+	// mounter that serves nothing exits at once.
+	OpStop = "stop"
+	// OpWatch is never answered: the connection stays open while the mounter lives, so its end
+	// tells the plugin that the mounter is gone.
+	OpWatch = "watch"
+)
+
+// FDCount is how many descriptors each operation carries.
+var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0}
+
+// Request is what the plugin asks.
+type Request struct {
+	Version int    `json:"version"`
+	Op      string `json:"op"`
+	// Volume is the volume's ID, for the mounter's log and its status.
+	Volume string     `json:"volume,omitempty"`
+	Check  *CheckArgs `json:"check,omitempty"`
+	Serve  *ServeArgs `json:"serve,omitempty"`
+	// Files asks OpStatus for the file counts too (a walk of the directories).
+	Files bool `json:"files,omitempty"`
+}
+
+// CheckArgs say how to check.
+type CheckArgs struct {
+	// Repair repairs what fsck.Repair repairs safely; false only checks.
+	Repair bool `json:"repair"`
+	// Walk also opens the volume read-only and reads every directory, as adopting a device does.
+	Walk bool `json:"walk,omitempty"`
+}
+
+// ServeArgs say how to serve.
+type ServeArgs struct {
+	// Options are fatfuse's mount options (fatfuse.ParseOptions), complete: owner, masks, ro.
+	Options string `json:"options"`
+	// Mode is the volume's write mode (writeback, flush, sync).
+	Mode string `json:"mode,omitempty"`
+	// Source is the device's path as the mount table shows it, Mountpoint the staging path: for
+	// logs and status only, the mounter opens neither.
+	Source     string `json:"source"`
+	Mountpoint string `json:"mountpoint"`
+	// Damage is why the volume is served read-only, from the check; "" when clean.
+	Damage string `json:"damage,omitempty"`
+	// Checked lets a clean close clear the dirty bit: the volume was checked just before.
+	Checked bool `json:"checked,omitempty"`
+}
+
+// Response is the mounter's answer.
+type Response struct {
+	Version int    `json:"version"`
+	Error   string `json:"error,omitempty"`
+	// Code classifies Error: "" (internal), CodeInvalid (a bad request), CodeDamaged (the check
+	// found what cannot be served under the policy), CodeNotFAT (no FAT file system).
+	Code   string       `json:"code,omitempty"`
+	Check  *CheckResult `json:"check,omitempty"`
+	Status *Status      `json:"status,omitempty"`
+}
+
+// Error codes.
+const (
+	CodeInvalid = "invalid"
+	CodeNotFAT  = "not-fat"
+)
+
+// CheckResult is what a check found.
+type CheckResult struct {
+	// Clean: no errors left (after repair, if repairing).
+	Clean bool `json:"clean"`
+	// Repaired lists what was repaired; Left the errors left; Unrepairable tells that some of
+	// them are beyond safe repair (as opposed to not repaired because only checking).
+	Repaired     []string `json:"repaired,omitempty"`
+	Left         []string `json:"left,omitempty"`
+	Unrepairable bool     `json:"unrepairable,omitempty"`
+	// Total counts the problems left when Left was cut short.
+	Total int `json:"total,omitempty"`
+}
+
+// Status is a served volume's state.
+type Status struct {
+	PID        int    `json:"pid"`
+	Volume     string `json:"volume,omitempty"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	// Serving: the FUSE session is alive.
+	Serving bool `json:"serving"`
+	// Fence is the engine's refusal of writes after a device failure (fatvol.Volume.Err).
+	Fence string `json:"fence,omitempty"`
+	// Damage found while serving (fatvol.Volume.Damage).
+	Damage string `json:"damage,omitempty"`
+	// Failure is the I/O error that turned the mount read-only (errors=remount-ro).
+	Failure string `json:"failure,omitempty"`
+	// CheckDamage is why the volume is served read-only after the check, as ServeArgs.Damage.
+	CheckDamage string `json:"checkDamage,omitempty"`
+	DirtyBytes  int64  `json:"dirtyBytes"`
+	Device      Device `json:"device"`
+	// Stats are the statfs figures; StatsError says why they are missing.
+	Stats      *Stats `json:"stats,omitempty"`
+	StatsError string `json:"statsError,omitempty"`
+}
+
+// Device are the device's counters.
+type Device struct {
+	Reads, Writes, BytesRead, BytesWritten, Flushes int64
+	Errors                                          int64
+	LastError                                       string `json:",omitempty"`
+}
+
+// Stats are bytes and file counts, as NodeGetVolumeStats reports them.
+type Stats struct {
+	TotalBytes, AvailableBytes, UsedBytes int64
+	TotalFiles, FreeFiles, UsedFiles      int64
+	Files                                 bool // the file counts were asked for and are set
+}
+
+// Error is a protocol error: a message that cannot be read as one of this protocol.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return "mounter protocol: " + e.Msg }
+
+func protoErr(format string, args ...any) error { return &Error{Msg: fmt.Sprintf(format, args...)} }
+
+// Send writes v as one message with the descriptors fds.
+func Send(c *net.UnixConn, v any, fds ...int) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxMessage {
+		return protoErr("message of %d bytes exceeds %d", len(data), MaxMessage)
+	}
+	if len(fds) > MaxFDs {
+		return protoErr("%d descriptors exceed %d", len(fds), MaxFDs)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, oobn, err := c.WriteMsgUnix(data, oob, nil)
+	if err != nil {
+		return err
+	}
+	if n != len(data) || oobn != len(oob) {
+		return protoErr("short write: %d of %d bytes", n, len(data))
+	}
+	return nil
+}
+
+// Receive reads one message into v, waiting until deadline (zero: forever, for OpWatch). It
+// returns the descriptors the message carried, as files; on error none are left open. EOF
+// before a message is io.EOF, as net reports it.
+func Receive(c *net.UnixConn, v any, deadline time.Time) ([]*os.File, error) {
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(MaxFDs*4)+unix.CmsgSpace(4)) // room to see one too many
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	files, ferr := parseRights(oob[:oobn])
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if n == 0 && oobn == 0 {
+		return nil, eof
+	}
+	switch {
+	case ferr != nil:
+		closeAll()
+		return nil, ferr
+	case flags&unix.MSG_CTRUNC != 0:
+		closeAll()
+		return nil, protoErr("too many descriptors in one message (at most %d)", MaxFDs)
+	case flags&unix.MSG_TRUNC != 0 || n > MaxMessage:
+		closeAll()
+		return nil, protoErr("message longer than %d bytes", MaxMessage)
+	case len(files) > MaxFDs:
+		closeAll()
+		return nil, protoErr("%d descriptors in one message (at most %d)", len(files), MaxFDs)
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf[:n]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		closeAll()
+		return nil, protoErr("malformed message: %v", err)
+	}
+	if dec.More() {
+		closeAll()
+		return nil, protoErr("malformed message: data after the JSON object")
+	}
+	var ver int
+	switch m := v.(type) {
+	case *Request:
+		ver = m.Version
+	case *Response:
+		ver = m.Version
+	default:
+		ver = Version
+	}
+	if ver != Version {
+		closeAll()
+		return nil, protoErr("message of protocol version %d; this side speaks version %d", ver, Version)
+	}
+	return files, nil
+}
+
+var eof = errors.New("EOF: the peer closed the connection")
+
+// IsEOF tells whether err is the peer's end of the connection before a message.
+func IsEOF(err error) bool { return errors.Is(err, eof) }
+
+// parseRights turns SCM_RIGHTS control messages into files; anything else is an error, after
+// closing whatever descriptors did arrive.
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, protoErr("control message: %v", err)
+	}
+	var files []*os.File
+	var bad error
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			bad = protoErr("control message that is not SCM_RIGHTS")
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("received-fd-%d", fd)))
+		}
+	}
+	return files, bad
+}
+
+// CheckRequest validates what the receiving mounter cannot take: the operation, its
+// descriptors and arguments.
+func CheckRequest(r *Request, nfds int) error {
+	want, ok := FDCount[r.Op]
+	if !ok {
+		return protoErr("unknown operation %q", r.Op)
+	}
+	if nfds != want {
+		return protoErr("operation %s takes %d descriptors, the message carried %d", r.Op, want, nfds)
+	}
+	switch r.Op {
+	case OpCheck:
+		if r.Check == nil {
+			return protoErr("operation check without its arguments")
+		}
+	case OpServe:
+		if r.Serve == nil {
+			return protoErr("operation serve without its arguments")
+		}
+	}
+	return nil
+}
+
+// Call sends a request with its descriptors and reads the response, within timeout. A
+// response carrying an error is returned as a *RemoteError.
+func Call(c *net.UnixConn, req *Request, timeout time.Duration, fds ...int) (*Response, error) {
+	req.Version = Version
+	if err := Send(c, req, fds...); err != nil {
+		return nil, err
+	}
+	var resp Response
+	files, err := Receive(c, &resp, time.Now().Add(timeout))
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(files) > 0 {
+		return nil, protoErr("a response carried %d descriptors", len(files))
+	}
+	if resp.Error != "" {
+		return &resp, &RemoteError{Msg: resp.Error, Code: resp.Code}
+	}
+	return &resp, nil
+}
+
+// RemoteError is an error the mounter answered.
+type RemoteError struct{ Msg, Code string }
+
+func (e *RemoteError) Error() string { return e.Msg }

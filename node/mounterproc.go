@@ -1,0 +1,599 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/mounter"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
+)
+
+// Where FUSE servers run.
+const (
+	// MounterInProcess serves every volume in the plugin's own process: a restart of the plugin
+	// kills every mount. The zero Config's mode.
+	MounterInProcess = "inprocess"
+	// MounterProcess serves each volume in a mounter process of its own, started by the plugin
+	// in a session of its own and as an unprivileged user, which outlives the plugin.
+	MounterProcess = "process"
+)
+
+// MounterConfig says where and how volumes are served.
+type MounterConfig struct {
+	// Mode is MounterInProcess ("" too) or MounterProcess.
+	Mode string `json:"mode,omitempty"`
+	// Command runs a mounter: the csi-fat binary and "mounter" (default: this executable).
+	Command []string `json:"command,omitempty"`
+	// UID and GID the mounter runs as (default 65534, nobody); the mounter needs no privilege.
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
+	// CheckTimeout bounds the check and repair before serving (default 10 minutes): a mounter
+	// that takes longer, say on a hostile image that makes the checker loop, is killed.
+	CheckTimeout time.Duration `json:"checkTimeout,omitempty"`
+}
+
+func (c MounterConfig) process() bool { return c.Mode == MounterProcess }
+
+func (c MounterConfig) validate() error {
+	switch c.Mode {
+	case "", MounterInProcess, MounterProcess:
+		return nil
+	}
+	return fmt.Errorf("mounter mode %q: want %s or %s", c.Mode, MounterProcess, MounterInProcess)
+}
+
+// nobody is the default user and group of a mounter.
+const nobody = 65534
+
+const (
+	// callTimeout bounds a control request other than check and stop.
+	callTimeout = 10 * time.Second
+	// serveTimeout bounds the serve request: opening the volume reads its FAT.
+	serveTimeout = 2 * time.Minute
+	// defaultCheckTimeout bounds the check before serving.
+	defaultCheckTimeout = 10 * time.Minute
+)
+
+// mountersDir is the state directory's subdirectory of mounter sockets and logs.
+const mountersDir = "mounters"
+
+// mounterProc is a mounter process serving one volume, started by this process or adopted
+// from an earlier one.
+type mounterProc struct {
+	volume string // the volume's ID
+	socket string
+	logPath string
+	pid    int
+	cmd    *exec.Cmd // nil when adopted
+
+	gone     chan struct{} // closed once the mounter is gone
+	goneOnce sync.Once
+	mu       sync.Mutex
+	why      string // how it ended
+}
+
+// MounterRecord is the mounter serving a staged volume, in the node state.
+type MounterRecord struct {
+	PID    int    `json:"pid"`
+	Socket string `json:"socket"`
+	Log    string `json:"log,omitempty"`
+}
+
+func (p *mounterProc) record() *MounterRecord {
+	return &MounterRecord{PID: p.pid, Socket: p.socket, Log: p.logPath}
+}
+
+func (p *mounterProc) ended(why string) {
+	p.goneOnce.Do(func() {
+		p.mu.Lock()
+		p.why = why
+		p.mu.Unlock()
+		close(p.gone)
+	})
+}
+
+func (p *mounterProc) isGone() bool {
+	select {
+	case <-p.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// endedWhy says how the mounter ended.
+func (p *mounterProc) endedWhy() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.why
+}
+
+// call sends one request and waits for the answer.
+func (p *mounterProc) call(req *protocol.Request, timeout time.Duration, fds ...int) (*protocol.Response, error) {
+	c, err := dialMounter(p.socket, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	req.Volume = p.volume
+	return protocol.Call(c, req, timeout, fds...)
+}
+
+func dialMounter(socket string, timeout time.Duration) (*net.UnixConn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("unixpacket", socket)
+	if err != nil {
+		return nil, fmt.Errorf("connect to mounter at %s: %w", socket, err)
+	}
+	return c.(*net.UnixConn), nil
+}
+
+// watch holds a connection on which the mounter never answers: its end is the mounter's.
+func (p *mounterProc) watch() error {
+	c, err := dialMounter(p.socket, callTimeout)
+	if err != nil {
+		return err
+	}
+	if err := protocol.Send(c, &protocol.Request{Version: protocol.Version, Op: protocol.OpWatch, Volume: p.volume}); err != nil {
+		c.Close()
+		return err
+	}
+	go func() {
+		defer c.Close()
+		var resp protocol.Response
+		files, err := protocol.Receive(c, &resp, time.Time{})
+		for _, f := range files {
+			f.Close()
+		}
+		if p.cmd != nil {
+			// The exit status says more: wait for it a moment.
+			select {
+			case <-p.gone:
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+		p.ended(fmt.Sprintf("the mounter (pid %d) is gone: its control connection ended (%v)", p.pid, err))
+	}()
+	return nil
+}
+
+// mounterSocket is where the mounter of the named volume listens: a hash keeps the path short
+// (a unix socket's path has at most 107 bytes) and any name safe.
+func (m *Manager) mounterSocket(name string) (socket, logPath string, err error) {
+	sum := sha256.Sum256([]byte(name))
+	base := filepath.Join(m.cfg.StateDir, mountersDir, hex.EncodeToString(sum[:8]))
+	socket = base + ".sock"
+	if len(socket) > 107 {
+		return "", "", fmt.Errorf("mounter socket path %s is longer than a unix socket path may be (107 bytes): use a shorter --state-dir", socket)
+	}
+	return socket, base + ".log", nil
+}
+
+// spawnMounter starts a mounter for the volume: in a session of its own (the plugin's exit
+// does not end it), as an unprivileged user with no capabilities, listening on a socket this
+// process creates (the mounter may not create files in the state directory) and logging to a
+// file this process opens.
+func (m *Manager) spawnMounter(rec VolumeRecord) (*mounterProc, error) {
+	socket, logPath, err := m.mounterSocket(rec.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: socket, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("mounter socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		os.Remove(socket)
+		return nil, err
+	}
+	defer lf.Close()
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		os.Remove(socket)
+		return nil, err
+	}
+	defer logFile.Close()
+	command := m.cfg.Mounter.Command
+	if len(command) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			os.Remove(socket)
+			return nil, err
+		}
+		command = []string{exe, "mounter"}
+	}
+	// The binary is opened here and executed through /proc/self/fd, so that the unprivileged
+	// mounter can run it even from a directory only root may search (go run, go test).
+	exe, err := os.Open(command[0])
+	if err != nil {
+		os.Remove(socket)
+		return nil, fmt.Errorf("mounter binary: %w", err)
+	}
+	defer exe.Close()
+	uid, gid := uint32(nobody), uint32(nobody)
+	if c := m.cfg.Mounter.UID; c != nil {
+		uid = *c
+	}
+	if c := m.cfg.Mounter.GID; c != nil {
+		gid = *c
+	}
+	args := append([]string{command[0]}, command[1:]...)
+	args = append(args, "--listen-fd="+strconv.Itoa(mounter.ListenFD), "--close-fds=4")
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	if v := os.Getenv(mounter.FaultEnv); v != "" {
+		env = append(env, mounter.FaultEnv+"="+v)
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/4",
+		Args:       args,
+		Env:        env,
+		Dir:        "/",
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{lf, exe},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		os.Remove(socket)
+		return nil, fmt.Errorf("start mounter: %w", err)
+	}
+	p := &mounterProc{volume: rec.ID, socket: socket, logPath: logPath, pid: cmd.Process.Pid, cmd: cmd, gone: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		why := "exited"
+		if err != nil {
+			why = err.Error()
+		}
+		p.ended(fmt.Sprintf("the mounter (pid %d) %s; see %s", p.pid, why, logPath))
+	}()
+	if err := p.watch(); err != nil {
+		p.kill()
+		return nil, err
+	}
+	klog.InfoS("started mounter", "volume", rec.ID, "pid", p.pid, "socket", socket, "uid", uid)
+	return p, nil
+}
+
+// kill ends the mounter at once and removes its socket.
+func (p *mounterProc) kill() {
+	if p.cmd != nil {
+		p.cmd.Process.Kill()
+	} else if p.pid > 0 && isMounterPID(p.pid) {
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	select {
+	case <-p.gone:
+	case <-time.After(5 * time.Second):
+	}
+	os.Remove(p.socket)
+}
+
+// isMounterPID tells whether pid runs a csi-fat mounter, so that a recorded pid that was reused
+// is never killed.
+func isMounterPID(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "\x00mounter\x00") && strings.Contains(string(b), "--listen-fd")
+}
+
+// mountFlags turns the options the kernel applies to a mount into mount(2)'s flags, as
+// fusermount does; nosuid and nodev are always in force.
+func mountFlags(opts fatfuse.Options) uintptr {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
+	if opts.ReadOnly {
+		flags |= unix.MS_RDONLY
+	}
+	for _, k := range opts.Kernel {
+		switch k {
+		case "noexec":
+			flags |= unix.MS_NOEXEC
+		case "exec":
+			flags &^= unix.MS_NOEXEC
+		case "noatime":
+			flags |= unix.MS_NOATIME
+		case "atime":
+			flags &^= unix.MS_NOATIME
+		case "relatime":
+			flags |= unix.MS_RELATIME
+		case "norelatime":
+			flags &^= unix.MS_RELATIME
+		case "strictatime":
+			flags |= unix.MS_STRICTATIME
+		case "nodiratime":
+			flags |= unix.MS_NODIRATIME
+		case "diratime":
+			flags &^= unix.MS_NODIRATIME
+		case "lazytime":
+			flags |= unix.MS_LAZYTIME
+		case "nolazytime":
+			flags &^= unix.MS_LAZYTIME
+		}
+	}
+	return flags
+}
+
+// fuseMount opens /dev/fuse and mounts it at path with the options fusermount would pass, so
+// the mount looks as one go-fuse makes: type fuse.fat, the device as its source.
+func fuseMount(source, path string, opts fatfuse.Options) (*os.File, error) {
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	data := []string{
+		"fd=" + strconv.Itoa(int(f.Fd())),
+		"rootmode=40000",
+		"user_id=" + strconv.Itoa(os.Geteuid()),
+		"group_id=" + strconv.Itoa(os.Getegid()),
+		"max_read=" + strconv.Itoa(fuse.MAX_KERNEL_WRITE),
+		"default_permissions",
+		"allow_other",
+	}
+	if abs, err := filepath.Abs(source); err == nil {
+		source = abs
+	}
+	if err := unix.Mount(source, path, "fuse.fat", mountFlags(opts), strings.Join(data, ",")); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("mount fuse at %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// mounterOptions is the option string a mounter serves with: the owner, group and masks this
+// process would default to (the mounter runs as another user with its own umask), then opts's.
+func mounterOptions(optString string) string {
+	umask := unix.Umask(0)
+	unix.Umask(umask)
+	return fmt.Sprintf("uid=%d,gid=%d,umask=%03o,%s", os.Geteuid(), os.Getegid(), umask&0o777, optString)
+}
+
+// mounterCode is the gRPC code for a mounter's failure during staging.
+func mounterCode(err error) codes.Code {
+	var re *protocol.RemoteError
+	if errors.As(err, &re) {
+		switch re.Code {
+		case protocol.CodeNotFAT:
+			return codes.FailedPrecondition
+		case protocol.CodeInvalid:
+			return codes.InvalidArgument
+		}
+		return codes.Internal
+	}
+	return codes.FailedPrecondition // it died or hung: the medium is suspect
+}
+
+// serveInMounter stages a volume in a mounter of its own: this process claims and opens the
+// device, the mounter checks (and repairs) it, this process mounts /dev/fuse at the staging
+// path with the options the check leaves, and hands the device and the FUSE descriptor to the
+// mounter, which serves them. This process then closes its copies: a FUSE descriptor nobody
+// serves would make applications hang instead of fail.
+func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageRecord) (*servedVolume, error) {
+	optString, err := mountOptionString(st.MountFlags, st.MountGroup, st.ReadOnly)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	opts, err := fatfuse.ParseOptions(optString)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	claim := stagingClaim(opts.ReadOnly)
+	dev, err := blockdev.OpenClaimed(devPath, claim)
+	if err != nil {
+		return nil, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s: %v", rec.ID, devPath, err)
+	}
+	defer dev.Close()
+	p, err := m.spawnMounter(rec)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
+	}
+	fail := func(code codes.Code, format string, args ...any) (*servedVolume, error) {
+		p.kill()
+		return nil, status.Errorf(code, format, args...)
+	}
+	devFD := int(dev.OSFile().Fd())
+	timeout := m.cfg.Mounter.CheckTimeout
+	if timeout <= 0 {
+		timeout = defaultCheckTimeout
+	}
+	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly)}}, timeout, devFD)
+	if err != nil {
+		if p.isGone() || isTimeout(err) || protocol.IsEOF(err) {
+			p.kill()
+			err = fmt.Errorf("%v (%s)", err, p.endedWhy())
+		}
+		return fail(mounterCode(err), "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)
+	}
+	forceReadOnly, damage, err := judgeCheck(rec, resp.Check, st.ReadOnly)
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	if forceReadOnly && !opts.ReadOnly {
+		optString += ",ro"
+		if opts, err = fatfuse.ParseOptions(optString); err != nil {
+			return fail(codes.InvalidArgument, "%v", err)
+		}
+	}
+	fuseFile, err := fuseMount(devPath, st.Path, opts)
+	if err != nil {
+		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
+	}
+	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: &protocol.ServeArgs{
+		Options: mounterOptions(optString), Mode: rec.Params.Mode, Source: devPath, Mountpoint: st.Path,
+		Damage: damage, Checked: true,
+	}}, serveTimeout, devFD, int(fuseFile.Fd()))
+	fuseFile.Close()
+	if err != nil {
+		unix.Unmount(st.Path, unix.MNT_DETACH)
+		if p.isGone() {
+			err = fmt.Errorf("%v (%s)", err, p.endedWhy())
+		}
+		return fail(mounterCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)
+	}
+	st.Mounter = p.record()
+	return &servedVolume{name: rec.Name, path: st.Path, remote: p, damage: damage}, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// status asks the mounter for its volume's state.
+func (p *mounterProc) status(files bool) (*protocol.Status, error) {
+	if p.isGone() {
+		return nil, errors.New(p.endedWhy())
+	}
+	resp, err := p.call(&protocol.Request{Op: protocol.OpStatus, Files: files}, callTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Status == nil {
+		return nil, errors.New("mounter answered status without one")
+	}
+	return resp.Status, nil
+}
+
+// sync asks the mounter to write everything back.
+func (p *mounterProc) sync() error {
+	if p.isGone() {
+		return errors.New(p.endedWhy())
+	}
+	_, err := p.call(&protocol.Request{Op: protocol.OpSync}, serveTimeout)
+	return err
+}
+
+// stopRemote unstages a mounter's volume: write back, unmount (refused while busy: the
+// mounter serves on), let the mounter close the volume and exit, and remove its socket.
+func (sv *servedVolume) stopRemote() error {
+	p := sv.remote
+	if p.isGone() {
+		// Nothing serves the mount: what was fsync'ed is on the device; take the dead mount away.
+		if err := newMounts().detachAll(sv.path); err != nil {
+			return err
+		}
+		os.Remove(p.socket)
+		return nil
+	}
+	if err := p.sync(); err != nil {
+		klog.ErrorS(err, "writing back before unmounting", "volume", p.volume)
+	}
+	if err := unix.Unmount(sv.path, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return &os.PathError{Op: "unmount", Path: sv.path, Err: err}
+	}
+	_, err := p.call(&protocol.Request{Op: protocol.OpStop}, 2*unmountWait)
+	select {
+	case <-p.gone:
+	case <-time.After(unmountWait):
+		klog.InfoS("mounter did not exit after stop; killing it", "volume", p.volume, "pid", p.pid)
+		p.kill()
+	}
+	os.Remove(p.socket)
+	if err != nil && !protocol.IsEOF(err) {
+		return fmt.Errorf("mounter of %s: %w", p.volume, err)
+	}
+	os.Remove(p.logPath)
+	klog.InfoS("mounter stopped", "volume", p.volume, "pid", p.pid)
+	return nil
+}
+
+// adoptMounter takes over the mounter an earlier plugin process started for a staged volume,
+// if it is alive and serving at the staging path.
+func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume, error) {
+	r := st.Mounter
+	p := &mounterProc{volume: rec.ID, socket: r.Socket, logPath: r.Log, pid: r.PID, gone: make(chan struct{})}
+	s, err := p.status(false)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Serving || filepath.Clean(s.Mountpoint) != st.Path || s.Volume != rec.ID {
+		return nil, fmt.Errorf("mounter pid %d serves %q at %q (serving=%v), not %s at %s", s.PID, s.Volume, s.Mountpoint, s.Serving, rec.ID, st.Path)
+	}
+	if err := healthy(st.Path); err != nil {
+		return nil, err
+	}
+	p.pid = s.PID
+	if err := p.watch(); err != nil {
+		return nil, err
+	}
+	klog.InfoS("adopted mounter", "volume", rec.ID, "pid", p.pid, "path", st.Path)
+	return &servedVolume{name: rec.Name, path: st.Path, remote: p, damage: s.CheckDamage}, nil
+}
+
+// dropMounter ends a recorded mounter that cannot be adopted: it is told to stop, or killed.
+func dropMounter(r *MounterRecord, volume string) {
+	p := &mounterProc{volume: volume, socket: r.Socket, pid: r.PID, gone: make(chan struct{})}
+	if _, err := p.call(&protocol.Request{Op: protocol.OpStop}, time.Second); err != nil && isMounterPID(r.PID) {
+		syscall.Kill(r.PID, syscall.SIGKILL)
+	}
+	os.Remove(r.Socket)
+}
+
+// removeOrphanMounters stops every mounter whose socket no staged volume's record names (left
+// by a crash between starting it and recording it, or by a record dropped since): its mount is
+// unmounted unless a staged volume lives there, and the mounter told to stop (killed if it does
+// not answer).
+func (m *Manager) removeOrphanMounters() {
+	dir := filepath.Join(m.cfg.StateDir, mountersDir)
+	socks, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
+	m.mu.Lock()
+	known := map[string]bool{}
+	staging := map[string]bool{}
+	for _, st := range m.state.Staged {
+		staging[st.Path] = true
+		if st.Mounter != nil {
+			known[st.Mounter.Socket] = true
+		}
+	}
+	m.mu.Unlock()
+	for _, sock := range socks {
+		if known[sock] {
+			continue
+		}
+		p := &mounterProc{socket: sock, gone: make(chan struct{})}
+		s, err := p.status(false)
+		if err == nil {
+			klog.InfoS("removing an orphaned mounter", "pid", s.PID, "volume", s.Volume, "mountpoint", s.Mountpoint)
+			if s.Mountpoint != "" && !staging[filepath.Clean(s.Mountpoint)] {
+				if err := m.mounts.detachAll(s.Mountpoint); err != nil {
+					klog.ErrorS(err, "unmounting an orphaned mounter's mount", "path", s.Mountpoint)
+				}
+			}
+			if _, err := p.call(&protocol.Request{Op: protocol.OpStop}, 2*unmountWait); err != nil && isMounterPID(s.PID) {
+				syscall.Kill(s.PID, syscall.SIGKILL)
+			}
+		} else {
+			klog.InfoS("removing the socket of a mounter that is gone", "socket", sock, "error", err)
+		}
+		os.Remove(sock)
+	}
+}
