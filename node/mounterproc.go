@@ -79,11 +79,11 @@ const mountersDir = "mounters"
 // mounterProc is a mounter process serving one volume, started by this process or adopted
 // from an earlier one.
 type mounterProc struct {
-	volume string // the volume's ID
-	socket string
+	volume  string // the volume's ID
+	socket  string
 	logPath string
-	pid    int
-	cmd    *exec.Cmd // nil when adopted
+	pid     int
+	cmd     *exec.Cmd // nil when adopted
 
 	gone     chan struct{} // closed once the mounter is gone
 	goneOnce sync.Once
