@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/node"
 )
 
@@ -26,6 +27,10 @@ import (
 const childDriverEnv = "CSI_FAT_TEST_CHILD_DRIVER"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "mounter" {
+		// The test binary stands in for csi-fat as the mounter command (MounterConfig.Command).
+		os.Exit(mounter.Main(os.Args[2:], os.Stderr))
+	}
 	if cfg := os.Getenv(childDriverEnv); cfg != "" {
 		os.Exit(runChildDriver(cfg))
 	}
@@ -61,11 +66,14 @@ type childDriver struct {
 }
 
 // startChild runs the driver for dir in a new process and waits until it answers Probe.
-func startChild(t *testing.T, dir string) *childDriver {
+func startChild(t *testing.T, dir string, configure ...func(*Config)) *childDriver {
 	t.Helper()
 	cfg := Config{
 		Endpoint: "unix://" + filepath.Join(dir, "csi.sock"),
 		Node:     node.Config{NodeID: testNode, StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool")},
+	}
+	for _, c := range configure {
+		c(&cfg)
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {

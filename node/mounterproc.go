@@ -120,6 +120,17 @@ func (p *mounterProc) isGone() bool {
 	}
 }
 
+// settle waits a moment for a mounter whose connection failed to be seen gone, so that what
+// is reported names how it ended; it tells whether it is gone.
+func (p *mounterProc) settle() bool {
+	select {
+	case <-p.gone:
+		return true
+	case <-time.After(3 * time.Second):
+		return false
+	}
+}
+
 // endedWhy says how the mounter ended.
 func (p *mounterProc) endedWhy() string {
 	p.mu.Lock()
@@ -426,8 +437,12 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 	}
 	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly)}}, timeout, devFD)
 	if err != nil {
-		if p.isGone() || isTimeout(err) || protocol.IsEOF(err) {
-			p.kill()
+		var re *protocol.RemoteError
+		if !errors.As(err, &re) {
+			// It died or hung: the medium made the checker crash or loop.
+			if !p.settle() {
+				p.kill()
+			}
 			err = fmt.Errorf("%v (%s)", err, p.endedWhy())
 		}
 		return fail(mounterCode(err), "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)
@@ -454,7 +469,8 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 	fuseFile.Close()
 	if err != nil {
 		unix.Unmount(st.Path, unix.MNT_DETACH)
-		if p.isGone() {
+		var re *protocol.RemoteError
+		if !errors.As(err, &re) && p.settle() {
 			err = fmt.Errorf("%v (%s)", err, p.endedWhy())
 		}
 		return fail(mounterCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)

@@ -209,7 +209,7 @@ func (sv *servedVolume) health(stats, files bool) health {
 	if sv.remote != nil {
 		s, err := sv.remote.status(stats && files)
 		if err != nil {
-			if sv.remote.isGone() {
+			if sv.remote.isGone() || sv.remote.settle() {
 				return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
 			}
 			return health{gone: fmt.Sprintf("its mounter (pid %d) does not answer: %v", sv.remote.pid, err), checkDamage: sv.damage}
