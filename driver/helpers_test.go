@@ -19,6 +19,10 @@ import (
 
 const testNode = "node-a"
 
+// testMounterEnv, set to process, runs the in-process drivers of every test with mounter
+// processes: CSI_FAT_TEST_MOUNTER=process go test ./driver/
+const testMounterEnv = "CSI_FAT_TEST_MOUNTER"
+
 // requireFUSE skips a test that needs real mounts where there are none to be had.
 func requireFUSE(t *testing.T) {
 	t.Helper()
@@ -56,6 +60,9 @@ func startDriver(t *testing.T, dir string, configure func(*Config)) *testDriver 
 			StateDir: filepath.Join(dir, "state"),
 			PoolDir:  filepath.Join(dir, "pool"),
 		},
+	}
+	if os.Getenv(testMounterEnv) != "" {
+		cfg.Node.Mounter.Mode = os.Getenv(testMounterEnv)
 	}
 	if configure != nil {
 		configure(&cfg)

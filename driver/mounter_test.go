@@ -434,3 +434,21 @@ func TestOrphanMounterRemoved(t *testing.T) {
 	}
 	c.end(t, syscall.SIGTERM)
 }
+
+// all applies each configuration that is not nil.
+func all(cs ...func(*Config)) func(*Config) {
+	return func(c *Config) {
+		for _, f := range cs {
+			if f != nil {
+				f(c)
+			}
+		}
+	}
+}
+
+// TestUSBAdoptInMounters: the check before adopting a stick, and staging it, run in mounter
+// processes, with the results of the in-process driver.
+func TestUSBAdoptInMounters(t *testing.T) {
+	t.Run("AdoptAndReclaim", func(t *testing.T) { testUSBAdoptAndReclaim(t, withMounters) })
+	t.Run("RefusesDamaged", func(t *testing.T) { testUSBAdoptRefusesDamaged(t, withMounters) })
+}

@@ -82,12 +82,14 @@ func usbVolume(t *testing.T, td *testDriver, name string, required int64, params
 // files; released with reclaim=keep it keeps them and can be adopted again; released with
 // reclaim=wipe it holds an empty, clean file system; a stick without a FAT cannot be adopted.
 // The smallest stick that fits is the one claimed, and GetCapacity reports the largest free one.
-func TestUSBAdoptAndReclaim(t *testing.T) {
+func TestUSBAdoptAndReclaim(t *testing.T) { testUSBAdoptAndReclaim(t, nil) }
+
+func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 	requireLoop(t)
 	fake := usbtest.New(t)
 	small := fake.Add(t, 48<<20, "Fake", "Small", "ADOPT0001")
 	big := fake.Add(t, 96<<20, "Fake", "Big", "ADOPT0002")
-	td := startDriver(t, "", withUSB(fake))
+	td := startDriver(t, "", all(withUSB(fake), mode))
 	ctx := context.Background()
 
 	capResp, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
@@ -243,7 +245,9 @@ func TestUSBVanishes(t *testing.T) {
 // TestUSBAdoptRefusesDamaged: a stick whose file system fsck.fat -n finds in need of repair (here
 // the dirty bit of a volume not cleanly unmounted) is not adopted; once fsck.fat -a repairs it,
 // it is.
-func TestUSBAdoptRefusesDamaged(t *testing.T) {
+func TestUSBAdoptRefusesDamaged(t *testing.T) { testUSBAdoptRefusesDamaged(t, nil) }
+
+func testUSBAdoptRefusesDamaged(t *testing.T, mode func(*Config)) {
 	requireLoop(t)
 	fake := usbtest.New(t)
 	stick := fake.Add(t, 32<<20, "Fake", "Dirty", "DIRTY001")
@@ -260,7 +264,7 @@ func TestUSBAdoptRefusesDamaged(t *testing.T) {
 	if err := exec.Command("fsck.fat", "-n", stick.Loop).Run(); err == nil {
 		t.Fatalf("fsck.fat -n finds nothing wrong with the dirty stick; the test needs a volume it would repair")
 	}
-	td := startDriver(t, "", withUSB(fake))
+	td := startDriver(t, "", all(withUSB(fake), mode))
 	_, err = usbVolume(t, td, "dirty", 1, map[string]string{node.ParamAdopt: "true"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "repair") {
 		t.Fatalf("adopting a dirty stick: %v, want ResourceExhausted saying it needs repair", err)

@@ -59,7 +59,7 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 			continue
 		}
 		if params.Adopt {
-			if err := checkFileSystem(d.Path); err != nil {
+			if err := m.checkAdoptable(d); err != nil {
 				why = append(why, fmt.Sprintf("%s: not adoptable: %v", d.ID, err))
 				continue
 			}
