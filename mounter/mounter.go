@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
@@ -256,12 +258,18 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 		fuseFile.Close()
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
-	// go-fuse reads the session from this descriptor number; the file stays open (and
-	// referenced, below) for as long as the session is served.
-	srv, err := fatfuse.ServeFD(vol, int(fuseFile.Fd()), a.Mountpoint, opts)
+	// go-fuse takes the descriptor number it serves as its own and closes it when the session
+	// ends: it gets a duplicate, so that closing fuseFile can never close a descriptor number
+	// reused since (say, a control connection's).
+	fuseFD, err := unix.FcntlInt(fuseFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	fuseFile.Close()
 	if err != nil {
 		vol.Close()
-		fuseFile.Close()
+		return fail(fmt.Errorf("duplicate the FUSE descriptor: %w", err), "")
+	}
+	srv, err := fatfuse.ServeFD(vol, fuseFD, a.Mountpoint, opts)
+	if err != nil {
+		vol.Close()
 		return fail(err, "")
 	}
 	s.served = true
@@ -271,7 +279,6 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 	go func() {
 		srv.Wait()
 		err := vol.Close()
-		fuseFile.Close()
 		if err != nil {
 			s.log.Error("writing back at the end of the session", "volume", req.Volume, "error", err)
 		} else {
