@@ -452,3 +452,43 @@ func TestUSBAdoptInMounters(t *testing.T) {
 	t.Run("AdoptAndReclaim", func(t *testing.T) { testUSBAdoptAndReclaim(t, withMounters) })
 	t.Run("RefusesDamaged", func(t *testing.T) { testUSBAdoptRefusesDamaged(t, withMounters) })
 }
+
+// TestRestartWithDeadMounter: a restarted driver finds a staged volume's mounter dead (it died
+// with no driver running) and serves the volume again, after the check, at its staging path
+// and target.
+func TestRestartWithDeadMounter(t *testing.T) {
+	requireFUSE(t)
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	c := startChild(t, dir, withMounters)
+	id := stagePublish(t, c.ctrl, c.node, "phoenix", staging, target)
+	writeSynced(t, filepath.Join(target, "kept.txt"), "fsync'ed\n")
+	mr := stagedMounter(t, dir, "phoenix")
+	c.end(t, syscall.SIGKILL)
+	if err := syscall.Kill(mr.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, mr.PID)
+	c = startChild(t, dir, withMounters)
+	again := stagedMounter(t, dir, "phoenix")
+	t.Cleanup(func() { syscall.Kill(again.PID, syscall.SIGKILL) })
+	if again.PID == mr.PID || !alive(again.PID) {
+		t.Fatalf("mounter after restart: %+v (the dead one was %d)", again, mr.PID)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "kept.txt")); err != nil || string(got) != "fsync'ed\n" {
+		t.Fatalf("target after restart: %q, %v", got, err)
+	}
+	ctx := context.Background()
+	stats, err := c.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target})
+	if err != nil || stats.GetVolumeCondition().GetAbnormal() {
+		t.Fatalf("stats: %v, %v", stats, err)
+	}
+	if _, err := c.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, again.PID)
+	c.end(t, syscall.SIGTERM)
+}

@@ -118,8 +118,19 @@ func (s *Server) handle(c *net.UnixConn) {
 			return
 		}
 		if req.Op == protocol.OpWatch {
-			// Never answered: the connection ends with the process.
-			<-s.exit
+			// Never answered: the connection ends with the process, or when the plugin that
+			// watched is gone (a restarted plugin watches anew).
+			peer := make(chan struct{})
+			go func() {
+				var b [1]byte
+				c.SetReadDeadline(time.Time{})
+				c.Read(b[:])
+				close(peer)
+			}()
+			select {
+			case <-s.exit:
+			case <-peer:
+			}
 			return
 		}
 		if req.Op != protocol.OpStatus {
