@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/node/usbtest"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // What the chart installs and the tests rely on.
@@ -63,7 +65,7 @@ var env *environment
 func need(t *testing.T) *environment {
 	t.Helper()
 	if env == nil {
-		t.Skip(howToRun)
+		testenv.Separate(t, howToRun)
 	}
 	return env
 }
