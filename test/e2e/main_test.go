@@ -44,7 +44,7 @@ const (
 	stickSerial    = "E2E0001"
 )
 
-const howToRun = "end-to-end tests need a local cluster: run test/e2e/cluster/up.sh, then CSI_FAT_E2E=1 go test ./test/e2e/..."
+const howToRun = "end-to-end tests need a local cluster: test/e2e/cluster/build.sh && test/e2e/cluster/up.sh, then CSI_FAT_E2E=1 go test ./test/e2e/... (.ci/run does this after test/run)"
 
 // environment is the cluster with the chart installed, and the node's host side.
 type environment struct {
