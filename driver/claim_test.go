@@ -19,6 +19,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // buildCLI builds cmd/csi-fat into the test's temporary directory.
@@ -148,9 +150,7 @@ func refusedStaging(t *testing.T, td *testDriver, id, medium, holder string) {
 // the driver's process.
 func TestStagingRefusesHeldImage(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		t.Skip("fusermount3 not installed")
-	}
+	testenv.RequireTool(t, "fusermount3")
 	bin := buildCLI(t)
 	td := startDriver(t, "", nil)
 	id := createVolume(t, td, "held", nil)

@@ -20,6 +20,8 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // fat16Disk is raw access to the FAT16 file system on an image or a device, to damage it by
@@ -207,11 +209,7 @@ func checkFiles(t *testing.T, target string) {
 // intact, and after unstaging fsck.fat -n finds nothing.
 func TestStagingRepairsAfterKill(t *testing.T) {
 	requireFUSE(t)
-	for _, tool := range []string{"fsck.fat", "mshowfat"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireTool(t, "fsck.fat", "mshowfat")
 	dir := t.TempDir()
 	t.Cleanup(func() { detachUnder(t, dir) })
 	ctx := context.Background()
@@ -276,11 +274,7 @@ func TestStagingRepairsAfterKill(t *testing.T) {
 // dirty bit set is served read-only, untouched.
 func TestStagingCrossLinkedVolume(t *testing.T) {
 	requireFUSE(t)
-	for _, tool := range []string{"fsck.fat", "mshowfat"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireTool(t, "fsck.fat", "mshowfat")
 	td := startDriver(t, "", nil)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -405,9 +399,7 @@ func TestStagingUSBVolume(t *testing.T) {
 // when the engine meets it, and the volume condition names it.
 func TestDamageFoundWhileServing(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("mshowfat"); err != nil {
-		t.Skip("mshowfat not installed")
-	}
+	testenv.RequireTool(t, "mshowfat")
 	td := startDriver(t, "", nil)
 	id := createVolume(t, td, "served", nil)
 	dir := t.TempDir()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 const testNode = "node-a"
@@ -26,12 +28,8 @@ const testMounterEnv = "CSI_FAT_TEST_MOUNTER"
 // requireFUSE skips a test that needs real mounts where there are none to be had.
 func requireFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for FUSE and bind mounts")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse")
-	}
+	testenv.RequireRoot(t, "FUSE and bind mounts")
+	testenv.RequireFUSE(t)
 }
 
 // testDriver is a driver serving on a unix socket in a temporary directory, with a client.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // asUser runs a command as uid with only gid as its group, as a pod's process runs.
@@ -21,9 +23,7 @@ func asUser(uid, gid string, args ...string) error {
 // may read but not write; without a group, a user who is not the owner cannot write.
 func TestMountGroup(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
+	testenv.RequireTool(t, "setpriv")
 	td := startDriver(t, "", nil)
 	ctx := context.Background()
 	for _, tt := range []struct {

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // usage returns the usage entry of a unit.
@@ -33,11 +35,7 @@ func usage(t *testing.T, resp *csi.NodeGetVolumeStatsResponse, unit csi.VolumeUs
 // normal condition, at the staging path and the target alike.
 func TestVolumeStats(t *testing.T) {
 	requireFUSE(t)
-	for _, tool := range []string{"fsck.fat", "mdir"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireTool(t, "fsck.fat", "mdir")
 	td := startDriver(t, "", nil)
 	ctx := context.Background()
 	vol, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "measured", VolumeCapabilities: []*csi.VolumeCapability{rw},

@@ -13,19 +13,15 @@ import (
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 func requireLoop(t *testing.T) {
 	t.Helper()
 	requireFUSE(t)
-	if why := usbtest.Available(); why != "" {
-		t.Skip(why)
-	}
-	for _, tool := range []string{"mkfs.fat", "fsck.fat", "mcopy", "mtype", "mdir"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireLoop(t)
+	testenv.RequireTool(t, "mkfs.fat", "fsck.fat", "mcopy", "mtype", "mdir")
 }
 
 // run runs a tool and returns its standard output; mtools warn on stderr about the geometry

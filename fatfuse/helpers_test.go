@@ -2,7 +2,6 @@ package fatfuse
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,19 +11,15 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/internal/judge"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // needTools skips the test unless FUSE and the named programs are available.
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	for _, tool := range append([]string{"fusermount3"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireFUSE(t)
+	testenv.RequireTool(t, tools...)
 }
 
 // makeImage formats a new image with mkfs.fat and returns its path.

@@ -4,61 +4,21 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/fuzzimage"
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
-// dosfstoolsImages lists dosfstools' own test images (xxd dumps) kept in ../shared, rebuilding
-// each into a sparse file on demand.
-func dosfstoolsImages(t *testing.T) []string {
-	t.Helper()
-	dir := filepath.Join("..", "..", "shared", "dosfstools-tests")
-	dumps, _ := filepath.Glob(filepath.Join(dir, "*.xxd"))
-	broken, _ := filepath.Glob(filepath.Join(dir, "*.fsck"))
-	dumps = append(dumps, broken...)
-	if len(dumps) == 0 {
-		t.Skipf("no dosfstools test images in %s", dir)
-	}
-	if _, err := exec.LookPath("xxd"); err != nil {
-		t.Skip("xxd is not installed (apt-get install xxd)")
-	}
-	return dumps
-}
-
-func rebuildImage(t *testing.T, dump string) string {
-	t.Helper()
-	img := filepath.Join(t.TempDir(), filepath.Base(dump)+".img")
-	in, err := os.Open(dump)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	var stderr strings.Builder
-	cmd := exec.Command("xxd", "-r")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("xxd -r %s: %v: %s", dump, err, stderr.String())
-	}
-	return img
-}
-
-// TestDosfstoolsImages opens every image of dosfstools' test suite, walks it and reads every
-// file. Broken images may fail with an error; none may panic or hang. The repaired and reference
-// images must read without any error.
+// TestDosfstoolsImages opens every image of the classes of dosfstools' test suite (made by
+// fuzzimage: clean, relabelled and with planted defects; dosfstools' own too when
+// ../shared/dosfstools-tests is there), walks it and reads every file. Broken images may fail
+// with an error; none may panic or hang. The clean images must read without any error.
 func TestDosfstoolsImages(t *testing.T) {
-	for _, dump := range dosfstoolsImages(t) {
-		name := filepath.Base(dump)
-		t.Run(name, func(t *testing.T) {
-			img := rebuildImage(t, dump)
-			mustBeClean := strings.HasSuffix(name, ".xxd")
+	for _, im := range fuzzimage.AllImages(t, testenv.SharedDir("..")) {
+		t.Run(im.Name, func(t *testing.T) {
+			img := im.Path
+			mustBeClean := !im.Broken
 			v, err := OpenImage(img, Options{ReadOnly: true, Logger: quietLogger()})
 			if err != nil {
 				if mustBeClean {

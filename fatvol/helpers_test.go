@@ -19,6 +19,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/internal/judge"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // The tests judge the engine with the reference tools: images come from dosfstools' mkfs.fat,
@@ -43,11 +45,7 @@ var (
 // requireTools skips the test when a reference tool is not installed.
 func requireTools(t testing.TB, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (apt-get install dosfstools mtools): %v", tool, err)
-		}
-	}
+	testenv.RequireTool(t, tools...)
 }
 
 // makeImage formats a new sparse image with mkfs.fat and returns its path.

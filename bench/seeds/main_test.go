@@ -1,17 +1,16 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // TestSeedGoals runs the benchmarks at their small sizes and checks the goals that are counts,
 // which do not depend on the machine: times are reported, never asserted.
 func TestSeedGoals(t *testing.T) {
-	if _, err := exec.LookPath("fsck.fat"); err != nil {
-		t.Skip("fsck.fat is not installed (apt-get install dosfstools)")
-	}
+	testenv.RequireTool(t, "fsck.fat")
 	if testing.Short() {
 		t.Skip("benchmarks at small sizes take a while")
 	}

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // hostShell is a dynamically linked program every Debian system has; the image built from it must
@@ -288,9 +290,7 @@ func resolve(t *testing.T, byPath map[string]tarEntry, p string) string {
 // TestImageRunsInChroot unpacks the layer and runs the entrypoint with the layer as its root:
 // the copied shell must find its loader and libraries there and nowhere else.
 func TestImageRunsInChroot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root")
-	}
+	testenv.RequireRoot(t, "chroot")
 	archive := testImage(t, suidFile(t))
 	var layer []byte
 	var cfg imageConfig

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // binRun is one run of the built csi-fat binary.
@@ -175,12 +177,7 @@ func unmountSoon(t *testing.T, dir string) {
 // attachLoop attaches file as a loop device and detaches it at cleanup.
 func attachLoop(t *testing.T, file string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for loop devices")
-	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
+	testenv.RequireLoop(t)
 	out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("losetup: %v: %s", err, out)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // demoProcess is `csi-fat demo` running for a test, its standard output read line by line.
@@ -98,9 +100,7 @@ func (p *demoProcess) stop(t *testing.T) int {
 func requireRootFUSE(t *testing.T) {
 	t.Helper()
 	mountTools(t, "fsck.fat", "mtype")
-	if os.Geteuid() != 0 {
-		t.Skip("the demo needs root")
-	}
+	testenv.RequireRoot(t, "the demo's FUSE and bind mounts")
 }
 
 // TestDemo runs the README's main job: the volume shows up as a directory a user can list and

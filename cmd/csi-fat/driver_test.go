@@ -14,6 +14,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // TestDriverUsage: --help lists every option and exits 0; bad arguments exit 2, a bad
@@ -61,9 +63,7 @@ func TestDriverUsage(t *testing.T) {
 // TestDriverCommand runs `csi-fat driver` as a process: it answers on its socket, serves
 // metrics, and exits 0 on SIGTERM, removing its socket.
 func TestDriverCommand(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "the driver's pool and state directories")
 	bin := buildCsiFat(t)
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "csi.sock")

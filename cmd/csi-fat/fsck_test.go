@@ -10,15 +10,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 func needFsckTools(t *testing.T) {
 	t.Helper()
-	for _, tool := range []string{"mkfs.fat", "fsck.fat", "mcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install dosfstools mtools): %v", tool, err)
-		}
-	}
+	testenv.RequireTool(t, "mkfs.fat", "fsck.fat", "mcopy")
 }
 
 // fsckRun is one run of the fsck subcommand, in process.

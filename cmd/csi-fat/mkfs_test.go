@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // mkfsResult is one run of the built csi-fat binary.
@@ -76,7 +78,7 @@ func TestMkfsCommand(t *testing.T) {
 
 	t.Run("same volume as mkfs.fat", func(t *testing.T) {
 		if errMkfsFat != nil || errFsck != nil {
-			t.Skip("mkfs.fat/fsck.fat not installed")
+			testenv.RequireTool(t, "mkfs.fat", "fsck.fat")
 		}
 		for _, c := range []struct {
 			size  string

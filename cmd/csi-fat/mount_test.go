@@ -13,19 +13,15 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // mountTools skips unless FUSE and the tools the test names are here.
 func mountTools(t *testing.T, tools ...string) {
 	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	for _, tool := range append([]string{"fusermount3", "mkfs.fat"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.RequireFUSE(t)
+	testenv.RequireTool(t, append([]string{"mkfs.fat"}, tools...)...)
 }
 
 // buildCsiFat builds the command into the test's temporary directory.

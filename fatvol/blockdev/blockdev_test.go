@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 func TestChooseBlockSize(t *testing.T) {
@@ -246,12 +248,10 @@ func TestCreateImageSparseExtendNeverShrink(t *testing.T) {
 // losetup attaches file as a loop device and detaches it at cleanup.
 func losetup(t *testing.T, file string, sectorSize int) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loop device test needs root (losetup); not root")
-	}
+	testenv.RequireLoop(t)
 	bin, err := exec.LookPath("losetup")
 	if err != nil {
-		t.Skip("loop device test needs losetup (util-linux mount package); not found in PATH")
+		t.Fatal(err)
 	}
 	args := []string{"--find", "--show"}
 	if sectorSize != 0 {

@@ -13,16 +13,14 @@ import (
 	"testing"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // needTools skips the test when the reference tools are missing.
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install dosfstools mtools xxd): %v", tool, err)
-		}
-	}
+	testenv.RequireTool(t, tools...)
 }
 
 // run runs a command and fails the test if it does not exit 0.

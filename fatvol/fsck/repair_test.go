@@ -14,6 +14,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+	"github.com/csi-fat/csi-fat/internal/fuzzimage"
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // repairImage runs Repair on an image file.
@@ -312,25 +314,35 @@ func firstDiff(a, b []byte) int {
 	return -1
 }
 
-// TestRepairDosfstoolsImages runs Repair on dosfstools' broken test images. Where Repair takes
-// the case on, the result must be byte-identical to dosfstools' own image repaired by fsck.fat
-// and clean to fsck.fat -n; elsewhere Repair must not write at all and must name the problem.
+// TestRepairDosfstoolsImages runs Repair on broken images of the classes of dosfstools' test
+// images: fuzzimage's planted ones, whose reference is a copy repaired by fsck.fat -a, and
+// dosfstools' own with their repaired images when ../shared/dosfstools-tests is there. Where
+// Repair takes the case on, the result must be byte-identical to the reference and clean to
+// fsck.fat -n; elsewhere Repair must not write at all and must name the problem.
 func TestRepairDosfstoolsImages(t *testing.T) {
-	needTools(t, "fsck.fat", "xxd")
-	dir := dosfstoolsDir(t)
-	dumps, err := filepath.Glob(filepath.Join(dir, "check-*.fsck"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	needTools(t, "fsck.fat")
+	shared := testenv.SharedDir(filepath.Join("..", ".."))
 	repaired := 0
-	for _, dump := range dumps {
-		name := strings.TrimSuffix(filepath.Base(dump), ".fsck")
-		refDump := filepath.Join(dir, name+".xxd")
-		if _, err := os.Stat(refDump); err != nil {
-			continue // check-huge: no repaired reference (and too large to check)
+	for _, im := range fuzzimage.AllImages(t, shared) {
+		if !im.Broken || !strings.HasPrefix(im.Class, "check-") {
+			continue
+		}
+		name := im.Name
+		var refImg string
+		if strings.HasSuffix(name, ".fsck") {
+			refDump := filepath.Join(shared, im.Class+".xxd")
+			if _, err := os.Stat(refDump); err != nil {
+				continue // check-huge: no repaired reference (and too large to check)
+			}
+			refImg = xxdImage(t, refDump)
+		} else {
+			refImg = filepath.Join(t.TempDir(), name+".ref")
+			run(t, "cp", im.Path, refImg)
+			runFsckFatMode(t, "-a", refImg)
 		}
 		t.Run(name, func(t *testing.T) {
-			img := xxdImage(t, dump)
+			img := filepath.Join(t.TempDir(), name+".img")
+			run(t, "cp", im.Path, img)
 			file, err := blockdev.Open(img, false)
 			if err != nil {
 				t.Fatal(err)
@@ -355,14 +367,14 @@ func TestRepairDosfstoolsImages(t *testing.T) {
 			if ref := runFsckFat(t, img); !ref.clean() {
 				t.Fatalf("fsck.fat -n after Repair:\n%s", ref.out)
 			}
-			if off := firstFileDiff(t, img, xxdImage(t, refDump)); off >= 0 {
-				t.Errorf("differs from dosfstools' repaired image at byte %d", off)
+			if off := firstFileDiff(t, img, refImg); off >= 0 {
+				t.Errorf("differs from the image fsck.fat repaired at byte %d", off)
 			}
 			t.Logf("repaired: %v", res.Repaired)
 		})
 	}
 	if repaired == 0 {
-		t.Fatal("Repair repaired none of dosfstools' images")
+		t.Fatal("Repair repaired none of the broken images")
 	}
 }
 
@@ -659,4 +671,13 @@ func TestRepairCrashPoints(t *testing.T) {
 			t.Logf("%d writes and flushes, each a crash point", len(rec.ops))
 		})
 	}
+}
+
+// xxdImage rebuilds an image from an xxd dump (sparse: xxd -r seeks over the gaps).
+func xxdImage(t *testing.T, dump string) string {
+	t.Helper()
+	needTools(t, "xxd")
+	img := filepath.Join(t.TempDir(), filepath.Base(dump)+".img")
+	run(t, "xxd", "-r", dump, img)
+	return img
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // TestFormatWritesMetadataInOneRequest formats a 64 GiB image through a counting device: the
@@ -110,17 +112,15 @@ func TestSectorSizeAbove4096(t *testing.T) {
 // TestFormatUsesDeviceSectorSize formats loop devices with 4096-byte logical blocks: with no
 // sector size asked for, Format must use the device's, as mkfs.fat does on the twin device.
 func TestFormatUsesDeviceSectorSize(t *testing.T) {
-	needTools(t, "mkfs.fat", "losetup")
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for loop devices")
-	}
+	needTools(t, "mkfs.fat")
+	testenv.RequireLoop(t)
 	dir := t.TempDir()
 	const size = 256 * MiB
 	attach := func(img string) string {
 		sparseFile(t, img, size)
 		out, err := exec.Command("losetup", "-b", "4096", "-f", "--show", img).CombinedOutput()
 		if err != nil {
-			t.Skipf("losetup: %v: %s", err, out)
+			testenv.Missing(t, "loop devices with 4096-byte blocks: losetup: %v: %s", err, out)
 		}
 		loop := strings.TrimSpace(string(out))
 		t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })

@@ -15,6 +15,8 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // invariantTime is the creation time mkfs.fat --invariant stamps on the label entry (in UTC).
@@ -23,11 +25,7 @@ var invariantTime = time.Unix(1426325213, 0).UTC()
 // needTools skips the test when one of the real tools it compares against is missing.
 func needTools(t *testing.T, names ...string) {
 	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed (apt-get install dosfstools mtools xxd)", n)
-		}
-	}
+	testenv.RequireTool(t, names...)
 }
 
 // run executes a tool and returns its combined output and whether it exited 0.

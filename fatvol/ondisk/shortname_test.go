@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf16"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 func sn(s string) ShortName {
@@ -303,11 +305,7 @@ type mtoolsEntry struct {
 // mcopy (code page 437, Linux's default), and returns the root directory's entries in order.
 func mtoolsCopy(t *testing.T, names ...string) []mtoolsEntry {
 	t.Helper()
-	for _, tool := range []string{"mkfs.fat", "mcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed: %v", tool, err)
-		}
-	}
+	testenv.RequireTool(t, "mkfs.fat", "mcopy")
 	dir := t.TempDir()
 	img := filepath.Join(dir, "img")
 	src := filepath.Join(dir, "src")
@@ -426,9 +424,7 @@ func TestTailsAgainstMtools(t *testing.T) {
 
 // glibc's iconv is an independent definition of code page 437.
 func TestCP437AgainstIconv(t *testing.T) {
-	if _, err := exec.LookPath("iconv"); err != nil {
-		t.Skipf("iconv not installed: %v", err)
-	}
+	testenv.RequireTool(t, "iconv")
 	var in []byte
 	for b := 1; b < 256; b++ {
 		in = append(in, byte(b))

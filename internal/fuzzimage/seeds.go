@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // Seed is a small FAT image to start fuzzing from: an image with its trailing zeros dropped, which
@@ -54,14 +56,10 @@ var seedTree = []struct {
 }
 
 // MkfsSeeds formats small images of every FAT type with mkfs.fat and fills them with mtools. It
-// skips tb when the tools are missing.
+// skips or fails tb (testenv) when the tools are missing.
 func MkfsSeeds(tb testing.TB) []Seed {
 	tb.Helper()
-	for _, tool := range []string{"mkfs.fat", "mcopy", "mmd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			tb.Skipf("%s is not installed (apt-get install dosfstools mtools): %v", tool, err)
-		}
-	}
+	testenv.RequireTool(tb, "mkfs.fat", "mcopy", "mmd")
 	var seeds []Seed
 	for _, l := range seedLayouts {
 		img := filepath.Join(tb.TempDir(), l.name+".img")
@@ -107,19 +105,22 @@ func MkfsSeeds(tb testing.TB) []Seed {
 	return seeds
 }
 
-// DosfstoolsSeeds rebuilds dosfstools' test images (xxd dumps in dir) and returns those small
-// enough once trimmed, plus, for every image, its first sectors (for the boot sector and
-// directory targets, which read only those). It skips tb when xxd or the dumps are missing.
+// DosfstoolsSeeds are seeds of the classes of dosfstools' test images: the images PlantedImages
+// damages as they are damaged, always, and dosfstools' own (xxd dumps in dir, or in
+// $CSI_FAT_DOSFSTOOLS_TESTS) when they are there. It returns those small enough once trimmed,
+// plus, for every image, its first sectors (for the boot sector and directory targets, which
+// read only those).
 func DosfstoolsSeeds(tb testing.TB, dir string) (images []Seed, heads []Seed) {
 	tb.Helper()
-	if _, err := exec.LookPath("xxd"); err != nil {
-		tb.Skip("xxd is not installed (apt-get install xxd)")
+	images, heads = PlantedSeeds(tb)
+	if env := os.Getenv("CSI_FAT_DOSFSTOOLS_TESTS"); env != "" {
+		dir = env
 	}
 	dumps, _ := filepath.Glob(filepath.Join(dir, "*.xxd"))
 	broken, _ := filepath.Glob(filepath.Join(dir, "*.fsck"))
 	dumps = append(dumps, broken...)
-	if len(dumps) == 0 {
-		tb.Skipf("no dosfstools test images in %s", dir)
+	if len(dumps) > 0 {
+		testenv.RequireTool(tb, "xxd")
 	}
 	for _, dump := range dumps {
 		img := filepath.Join(tb.TempDir(), "x.img")

@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 func mkfs(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("mkfs.fat"); err != nil {
-		t.Skip("mkfs.fat is not installed (apt-get install dosfstools)")
-	}
+	testenv.RequireTool(t, "mkfs.fat")
 	img := filepath.Join(t.TempDir(), "v.img")
 	if out, err := exec.Command("truncate", "-s", "16M", img).CombinedOutput(); err != nil {
 		t.Fatalf("truncate: %v: %s", err, out)

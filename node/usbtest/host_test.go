@@ -6,14 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // TestNewHost builds a tree at a given directory, attaches a stick, and checks that Close
 // detaches it and removes the directory.
 func TestNewHost(t *testing.T) {
-	if why := Available(); why != "" {
-		t.Skip(why)
-	}
+	testenv.RequireLoop(t)
 	dir := filepath.Join(t.TempDir(), "tree")
 	f, err := NewHost(dir)
 	if err != nil {

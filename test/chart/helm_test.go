@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/csi-fat/csi-fat/internal/testenv"
 )
 
 // repoRoot is the repository's top directory, seen from this package's directory.
@@ -26,21 +27,10 @@ const (
 	namespace   = "csi-fat"
 )
 
-// helmBinary finds helm on PATH, else in the e2e cache; the test is skipped without it.
+// helmBinary finds helm ($CSI_FAT_HELM, PATH, or the e2e cache); see testenv.RequireHelm.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	cache := os.Getenv("CSI_FAT_E2E_CACHE")
-	if cache == "" {
-		cache = "/var/cache/csi-fat-e2e"
-	}
-	p := filepath.Join(cache, "bin", "helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("helm not found on PATH nor at %s: build it as test/e2e/cluster/tools/helm describes", p)
-	}
-	return p
+	return testenv.RequireHelm(t)
 }
 
 // runHelm runs helm with args and returns its standard output, or an error carrying its
