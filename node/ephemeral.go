@@ -227,7 +227,7 @@ func (s *Service) serveEphemeral(rec VolumeRecord, want, st *StageRecord, sv *se
 			return err
 		}
 	}
-	return m.publish(rec.Name, want.Path, target, readOnly)
+	return m.publish(rec.ID, rec.Name, want.Path, target, readOnly)
 }
 
 // makeEphemeral makes an inline volume's image and records it, within the pool's capacity and

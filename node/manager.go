@@ -417,7 +417,7 @@ func (m *Manager) Shutdown() {
 			continue
 		}
 		if err := sv.sync(); err != nil {
-			klog.ErrorS(err, "writing back at shutdown", "volume", sv.name)
+			klog.ErrorS(err, "writing back at shutdown", "volume", sv.id)
 		}
 	}
 }
@@ -444,7 +444,7 @@ func (m *Manager) Release() {
 			if err := sv.stop(); err != nil {
 				m.mounts.detachAll(sv.path)
 				if err := sv.stopRemote(); err != nil {
-					klog.ErrorS(err, "stopping a mounter", "volume", sv.name)
+					klog.ErrorS(err, "stopping a mounter", "volume", sv.id)
 				}
 			}
 			continue
@@ -454,10 +454,10 @@ func (m *Manager) Release() {
 			select {
 			case <-sv.done:
 			case <-time.After(unmountWait):
-				klog.ErrorS(err, "a detached mount is still in use; closing its volume under it", "volume", sv.name)
+				klog.ErrorS(err, "a detached mount is still in use; closing its volume under it", "volume", sv.id)
 			}
 			if err := sv.vol.Close(); err != nil {
-				klog.ErrorS(err, "writing back", "volume", sv.name)
+				klog.ErrorS(err, "writing back", "volume", sv.id)
 			}
 		}
 	}

@@ -476,7 +476,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		return fail(mounterCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)
 	}
 	st.Mounter = p.record()
-	return &servedVolume{name: rec.Name, path: st.Path, remote: p, damage: damage}, nil
+	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: damage}, nil
 }
 
 func isTimeout(err error) bool {
@@ -562,7 +562,7 @@ func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume
 		return nil, err
 	}
 	klog.InfoS("adopted mounter", "volume", rec.ID, "pid", p.pid, "path", st.Path)
-	return &servedVolume{name: rec.Name, path: st.Path, remote: p, damage: s.CheckDamage}, nil
+	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: s.CheckDamage}, nil
 }
 
 // dropMounter ends a recorded mounter that cannot be adopted: it is told to stop, or killed.

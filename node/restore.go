@@ -36,7 +36,7 @@ func (m *Manager) Restore() error {
 	for name, st := range staged {
 		rec, ok := volumes[name]
 		if !ok {
-			klog.InfoS("dropping the staging record of a volume that no longer exists", "volume", name, "path", st.Path)
+			klog.InfoS("dropping the staging record of a volume that no longer exists", "name", name, "path", st.Path)
 			m.forget(func(s *State) { delete(s.Staged, name) }, st.Path)
 			continue
 		}
@@ -58,8 +58,9 @@ func (m *Manager) Restore() error {
 	}
 	for target, pub := range published {
 		st, ok := staged[pub.Name]
-		if _, exists := volumes[pub.Name]; !exists || !ok {
-			klog.InfoS("dropping the publish record of a volume that is not staged", "volume", pub.Name, "target", target)
+		rec, exists := volumes[pub.Name]
+		if !exists || !ok {
+			klog.InfoS("dropping the publish record of a volume that is not staged", "name", pub.Name, "target", target)
 			m.forget(func(s *State) { delete(s.Published, target) }, target)
 			continue
 		}
@@ -74,9 +75,9 @@ func (m *Manager) Restore() error {
 				continue // an adopted mounter's volume: the bind mount lived on with it
 			}
 		}
-		if err := m.publish(pub.Name, st.Path, target, pub.ReadOnly); err != nil {
-			klog.ErrorS(err, "binding a published volume again", "volume", pub.Name, "target", target)
-			failed = append(failed, pub.Name+" at "+target)
+		if err := m.publish(rec.ID, pub.Name, st.Path, target, pub.ReadOnly); err != nil {
+			klog.ErrorS(err, "binding a published volume again", "volume", rec.ID, "target", target)
+			failed = append(failed, rec.ID+" at "+target)
 		}
 	}
 	m.removeOrphanMounters()

@@ -22,7 +22,7 @@ import (
 // servedVolume is a staged volume: the engine open on its device, served through FUSE at the
 // staging path by this process.
 type servedVolume struct {
-	name string
+	id   string // the volume's ID, as logs and errors name it
 	path string // staging path
 	dev  *meteredDevice
 	vol  *fatvol.Volume
@@ -102,7 +102,7 @@ func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Backg
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {
+func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {
 	file, err := blockdev.OpenClaimed(devicePath, stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err
@@ -115,16 +115,16 @@ func serveVolume(name, devicePath, stagingPath string, opts fatfuse.Options, mod
 	vol, err := fatvol.Open(dev, vo)
 	if err != nil {
 		dev.Close()
-		return nil, fmt.Errorf("open volume %s on %s: %w", name, devicePath, err)
+		return nil, fmt.Errorf("open volume %s on %s: %w", id, devicePath, err)
 	}
 	srv, err := fatfuse.Mount(vol, stagingPath, opts)
 	if err != nil {
 		if cerr := vol.Close(); cerr != nil {
-			klog.ErrorS(cerr, "closing volume after a failed mount", "volume", name)
+			klog.ErrorS(cerr, "closing volume after a failed mount", "volume", id)
 		}
 		return nil, err
 	}
-	sv := &servedVolume{name: name, path: stagingPath, dev: dev, vol: vol, srv: srv, done: make(chan struct{})}
+	sv := &servedVolume{id: id, path: stagingPath, dev: dev, vol: vol, srv: srv, done: make(chan struct{})}
 	go func() {
 		srv.Wait()
 		close(sv.done)
@@ -177,7 +177,7 @@ func (sv *servedVolume) stop() error {
 		return fmt.Errorf("unmount %s: the FUSE session did not end within %v", sv.path, unmountWait)
 	}
 	if err := sv.vol.Close(); err != nil {
-		return fmt.Errorf("write back volume %s: %w", sv.name, err)
+		return fmt.Errorf("write back volume %s: %w", sv.id, err)
 	}
 	return nil
 }

@@ -148,7 +148,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 				return invalid("%v", err)
 			}
 		}
-		sv, err = serveVolume(rec.Name, devPath, st.Path, opts, rec.Params.Mode)
+		sv, err = serveVolume(rec.ID, devPath, st.Path, opts, rec.Params.Mode)
 		if err != nil {
 			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 		}
@@ -336,14 +336,14 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if st.ReadOnly && !readOnly {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged read-only; it cannot be published read-write", id)
 	}
-	if err := m.publish(id.Name, staging, target, readOnly); err != nil {
+	if err := m.publish(id.String(), id.Name, staging, target, readOnly); err != nil {
 		return nil, err
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-// publish bind-mounts staging at target and records it.
-func (m *Manager) publish(name, staging, target string, readOnly bool) error {
+// publish bind-mounts staging at target and records it. id is the volume's ID, name its name.
+func (m *Manager) publish(id, name, staging, target string, readOnly bool) error {
 	if err := os.MkdirAll(target, 0o750); err != nil && !isCorrupted(target) {
 		return status.Errorf(codes.Internal, "target path: %v", err)
 	}
@@ -361,7 +361,7 @@ func (m *Manager) publish(name, staging, target string, readOnly bool) error {
 		m.mounts.unmount(target)
 		return err
 	}
-	klog.InfoS("published volume", "volume", name, "target", target, "readOnly", readOnly)
+	klog.InfoS("published volume", "volume", id, "target", target, "readOnly", readOnly)
 	return nil
 }
 

@@ -56,6 +56,7 @@ func startDemo(t *testing.T, bin, dir string, args ...string) *demoProcess {
 		close(p.lines)
 	}()
 	p.waitFor(t, "The volume is ready")
+	p.waitFor(t, "Stop with Ctrl-C")
 	return p
 }
 
@@ -128,14 +129,18 @@ func TestDemo(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("demo exited %d after SIGINT; output:\n%s", code, p.out.String())
 	}
+	if !strings.Contains(p.out.String(), "deletes the volume") || !strings.Contains(p.out.String(), "CreateVolume made") {
+		t.Errorf("a plain run should say it made the volume and will delete it; output:\n%s", p.out.String())
+	}
 	if isMounted(volume) || isMounted(filepath.Join(dir, "staging")) {
 		t.Errorf("mounts left after the demo ended")
 	}
 	if _, err := os.Stat(images[0]); !os.IsNotExist(err) {
 		t.Errorf("the demo's image %s is still there after it ended: %v", images[0], err)
 	}
-	if _, err := os.Stat(volume); !os.IsNotExist(err) {
-		t.Errorf("the target directory %s is still there: %v", volume, err)
+	// Nothing of the demo's is left: not its log, pool, staging path, state or socket.
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("%s holds %v after the demo ended (%v), want nothing", dir, left, err)
 	}
 }
 
@@ -146,8 +151,15 @@ func TestDemoKeep(t *testing.T) {
 	bin := buildCsiFat(t)
 	dir := t.TempDir()
 	p := startDemo(t, bin, dir, "--keep", "--size", "40M", "--mode", "sync")
+	if !strings.Contains(p.out.String(), "keeps the volume (--keep)") {
+		t.Errorf("with --keep the banner should say the volume is kept; output:\n%s", p.out.String())
+	}
 	want := "kept across runs\n"
 	if err := os.WriteFile(filepath.Join(dir, "volume", "kept.txt"), []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hello := "the user's own HELLO.TXT\n"
+	if err := os.WriteFile(filepath.Join(dir, "volume", "HELLO.TXT"), []byte(hello), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if code := p.stop(t); code != 0 {
@@ -166,12 +178,46 @@ func TestDemoKeep(t *testing.T) {
 	if out, err := exec.Command("mlabel", "-s", "-i", images[0], "::").CombinedOutput(); err != nil || !strings.Contains(string(out), "CSIFATDEMO") {
 		t.Errorf("mlabel -s: %v: %s; want the label CSIFATDEMO", err, out)
 	}
-	p = startDemo(t, bin, dir, "--keep", "--size", "40M", "--mode", "sync")
+	// A plain run finds the kept volume and serves it as it is, with its own size and mode:
+	// it says so, leaves the files alone and keeps the volume at the end.
+	p = startDemo(t, bin, dir)
+	if out := p.out.String(); !strings.Contains(out, "kept by an earlier run") || strings.Contains(out, "CreateVolume made") ||
+		!strings.Contains(out, "keeps the volume (an earlier run kept it)") {
+		t.Errorf("the second run should say it serves the kept volume again and keeps it; output:\n%s", out)
+	}
 	got, err := os.ReadFile(filepath.Join(dir, "volume", "kept.txt"))
 	if err != nil || string(got) != want {
 		t.Fatalf("second run reads kept.txt = %q, %v; want %q", got, err, want)
 	}
+	if got, err := os.ReadFile(filepath.Join(dir, "volume", "HELLO.TXT")); err != nil || string(got) != hello {
+		t.Errorf("second run's HELLO.TXT = %q, %v; want the user's %q left as it was", got, err, hello)
+	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("second demo exited %d; output:\n%s", code, p.out.String())
+	}
+	if got := mtypeFile(t, images[0], "kept.txt"); got != want {
+		t.Fatalf("after the second run, mtype kept.txt = %q, want %q", got, want)
+	}
+	// The kept log, of both runs: the driver's log names the volume by one ID, its full one, wherever it names it.
+	log, err := os.ReadFile(filepath.Join(dir, "driver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), `volume="demo-volume"`) || !strings.Contains(string(log), `volume="image:demo-node:demo-volume"`) {
+		t.Errorf("the driver's log should name the volume only by its ID image:demo-node:demo-volume:\n%s", log)
+	}
+	// Asked for another size, it refuses and says why, touching nothing.
+	before := sha256File(t, images[0])
+	out, err := exec.Command(bin, "demo", "--dir", dir, "--size", "50M").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "earlier --keep run") {
+		t.Errorf("demo --size 50M over a kept 40M volume: %v, %s; want an error naming the kept volume", err, out)
+	}
+	if sha256File(t, images[0]) != before {
+		t.Errorf("the refused run changed the kept image")
+	}
+	for _, mp := range []string{"volume", "staging"} {
+		if isMounted(filepath.Join(dir, mp)) {
+			t.Errorf("%s is mounted after the refused run", mp)
+		}
 	}
 }

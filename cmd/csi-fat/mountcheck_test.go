@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,15 +12,6 @@ import (
 	"testing"
 	"time"
 )
-
-func fileSum(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
-}
 
 // runMountToExit runs `csi-fat mount` that is expected to fail before mounting, and returns its
 // exit code and output.
@@ -80,7 +70,7 @@ func TestMountMountpointErrors(t *testing.T) {
 	mountTools(t)
 	bin := buildCsiFat(t)
 	img := mkfsImage(t, "8192")
-	sum := fileSum(t, img)
+	sum := sha256File(t, img)
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -97,7 +87,7 @@ func TestMountMountpointErrors(t *testing.T) {
 			t.Errorf("mount on %s: the message is fusermount's, not ours: %q", tt.dir, out)
 		}
 	}
-	if fileSum(t, img) != sum {
+	if sha256File(t, img) != sum {
 		t.Errorf("the image changed although nothing was mounted")
 	}
 }
@@ -202,12 +192,12 @@ func TestMountDirtyVolume(t *testing.T) {
 		t.Errorf("a plain mount and clean unmount must leave the dirty bit and the lost clusters for fsck:\n%s", out)
 	}
 
-	sum := fileSum(t, img)
+	sum := sha256File(t, img)
 	code, msg := runMountToExit(t, bin, "-o", "check", img, t.TempDir())
 	if code != 1 || !strings.Contains(msg, "lost") || !strings.Contains(msg, "-o repair") {
 		t.Errorf("-o check of a volume with lost clusters: exit %d, %q; want 1, naming them and -o repair", code, msg)
 	}
-	if fileSum(t, img) != sum {
+	if sha256File(t, img) != sum {
 		t.Errorf("-o check wrote to the volume")
 	}
 
