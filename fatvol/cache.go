@@ -208,7 +208,22 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 		bufs  [][]byte
 		start int64 = -1
 		size  int64
+		// The span written since writeback was last started: the medium is asked to start on
+		// spans of maxReq or more, not on every request, since a batch of small files is a
+		// request per file.
+		spanFrom, spanTo int64 = -1, -1
 	)
+	startSpan := func() error {
+		if spanFrom < 0 {
+			return nil
+		}
+		err := c.dev.StartWriteback(spanFrom, spanTo-spanFrom)
+		if err != nil {
+			err = fmt.Errorf("start writeback of %d bytes at %d: %w", spanTo-spanFrom, spanFrom, err)
+		}
+		spanFrom, spanTo = -1, -1
+		return err
+	}
 	send := func() error {
 		if len(bufs) == 0 {
 			return nil
@@ -219,15 +234,19 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 		} else {
 			_, err = c.dev.WritevAt(bufs, start)
 		}
-		if err == nil {
-			// Let the medium start on it now rather than at the next flush.
-			err = c.dev.StartWriteback(start, size)
-		}
 		if err != nil {
-			err = fmt.Errorf("write back at %d: %w", start, err)
+			return fmt.Errorf("write back at %d: %w", start, err)
 		}
+		if spanFrom < 0 {
+			spanFrom = start
+		}
+		spanTo = start + size
 		bufs, start, size = bufs[:0], -1, 0
-		return err
+		if spanTo-spanFrom >= maxReq {
+			// Let the medium start on it now rather than at the next flush.
+			return startSpan()
+		}
+		return nil
 	}
 	for i, idx := range b.idxs {
 		pg := b.pages[i]
@@ -254,7 +273,10 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 			size += unitSize
 		}
 	}
-	return send()
+	if err := send(); err != nil {
+		return err
+	}
+	return startSpan()
 }
 
 // complete ends a batch. After a failed write its data is dirty again, under any newer data
@@ -284,6 +306,14 @@ func (c *pageCache) complete(b *batch, failed bool) {
 		}
 		c.recycle(old)
 	}
+}
+
+// isDirty tells whether the unit that holds device offset off is dirty and not yet in flight.
+func (c *pageCache) isDirty(off int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pg := c.pages[off/c.pageSize]
+	return pg != nil && pg.dirty&(1<<(off%c.pageSize/unitSize)) != 0
 }
 
 // dirtyBytes is the amount of dirty data not yet in flight.

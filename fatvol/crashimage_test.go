@@ -116,8 +116,9 @@ func (l *crashLog) at(p crashPoint) *crashDevice {
 // crashDevice is a medium after a cut: the durable image with the sectors that reached the
 // medium since the last flush laid over it. It is read-only.
 type crashDevice struct {
-	base    []byte
-	sectors map[int64][]byte
+	base     []byte
+	sectors  map[int64][]byte
+	writable bool // a copy to repair: writes go to sectors, never to base
 }
 
 var _ blockdev.Device = (*crashDevice)(nil)
@@ -158,11 +159,32 @@ func (d *crashDevice) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (d *crashDevice) WriteAt(p []byte, off int64) (int, error) {
-	return 0, fmt.Errorf("crash image: write at %d: %w", off, blockdev.ErrReadOnly)
+	if !d.writable || off < 0 || off+int64(len(p)) > int64(len(d.base)) {
+		return 0, fmt.Errorf("crash image: write at %d: %w", off, blockdev.ErrReadOnly)
+	}
+	d.write(p, off)
+	return len(p), nil
 }
 
 func (d *crashDevice) WritevAt(bufs [][]byte, off int64) (int, error) {
-	return 0, fmt.Errorf("crash image: write at %d: %w", off, blockdev.ErrReadOnly)
+	n := 0
+	for _, b := range bufs {
+		m, err := d.WriteAt(b, off+int64(n))
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// copyToRepair returns a writable copy of the medium.
+func (d *crashDevice) copyToRepair() *crashDevice {
+	c := &crashDevice{base: d.base, sectors: make(map[int64][]byte, len(d.sectors)), writable: true}
+	for s, b := range d.sectors {
+		c.sectors[s] = slices.Clone(b)
+	}
+	return c
 }
 
 func (d *crashDevice) StartWriteback(off, length int64) error { return nil }

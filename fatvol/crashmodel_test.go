@@ -25,16 +25,37 @@ type crashRun struct {
 	sync  bool
 	rnd   *rand.Rand
 
-	model  map[string]*crashEntry // present paths
-	known  map[string]bool        // every path ever used, so absence can be pinned too
-	pins   []crashPin
-	active map[string]int // path -> its pin in force
+	model     map[string]*crashEntry // present paths
+	known     map[string]bool        // every path ever used, so absence can be pinned too
+	pins      []crashPin
+	active    map[string]int // path -> its pin in force
+	survivors []crashSurvivor
+}
+
+// crashSurvivor is a file or directory that was durable when a rename began: at every cut from
+// then on (until an operation other than a rename changes it or a rename replaces it) it must be
+// under one of the names the renames gave it, with its durable content. Candidates come in the
+// order the renames made them: the last present one is the newest name.
+type crashSurvivor struct {
+	cands       []crashPin // path and content; from and until unused
+	from, until int
+}
+
+// names tells whether p is one of the survivor's candidate paths.
+func (s *crashSurvivor) names(p string) bool {
+	for _, c := range s.cands {
+		if c.path == p {
+			return true
+		}
+	}
+	return false
 }
 
 // crashEntry is what the model holds at a path: a directory, or a file's content.
 type crashEntry struct {
-	dir  bool
-	data []byte
+	dir     bool
+	data    []byte
+	cluster uint32 // a directory's first cluster, when it must be that one
 }
 
 type crashPin struct {
@@ -48,6 +69,28 @@ func (r *crashRun) pos() int { return r.rec.Len() - r.start }
 // touch ends the pins of paths an operation is about to change: from its first request on, a
 // cut may leave them in either state.
 func (r *crashRun) touch(paths ...string) {
+	r.endSurvivors(paths...)
+	r.touchPins(paths...)
+}
+
+// endSurvivors ends the survivors that have one of paths among their names: an operation is about
+// to change what is there.
+func (r *crashRun) endSurvivors(paths ...string) {
+	for i := range r.survivors {
+		s := &r.survivors[i]
+		if s.until != math.MaxInt {
+			continue
+		}
+		for _, p := range paths {
+			if s.names(p) {
+				s.until = r.pos()
+				break
+			}
+		}
+	}
+}
+
+func (r *crashRun) touchPins(paths ...string) {
 	for _, p := range paths {
 		if i, ok := r.active[p]; ok {
 			r.pins[i].until = r.pos()
@@ -187,7 +230,8 @@ func (r *crashRun) fallocate(p string, off, length int64, keepSize bool) {
 
 func (r *crashRun) rename(from, to string) {
 	paths := append(r.under(from), r.under(to)...)
-	r.touch(paths...)
+	r.renameSurvivors(from, to)
+	r.touchPins(paths...)
 	r.check("rename "+from+" "+to, r.v.Rename(from, to))
 	for _, p := range r.under(to) {
 		delete(r.model, p)
@@ -202,6 +246,68 @@ func (r *crashRun) rename(from, to string) {
 		}
 	}
 	r.done(paths...)
+}
+
+// renameSurvivors records what a rename of from to to must keep at every cut: a durable file (or
+// directory, with what lies below it) is under its old name or its new one; a durable target it
+// replaces keeps its name, with its old content or the renamed file's.
+func (r *crashRun) renameSurvivors(from, to string) {
+	start := r.pos()
+	durable := func(p string) *crashEntry {
+		i, ok := r.active[p]
+		if !ok || r.pins[i].want == nil {
+			return nil
+		}
+		want := r.pins[i].want
+		if want.dir {
+			// A directory is told from another by its cluster, not by its name.
+			fi, err := r.v.Stat(p)
+			r.check("stat "+p, err)
+			want = &crashEntry{dir: true, cluster: fi.Sys().(*fatvol.Attr).FirstCluster}
+		}
+		return want
+	}
+	var add []crashSurvivor
+	if tgt, src := durable(to), durable(from); tgt != nil && src != nil && r.model[to] != nil {
+		add = append(add, crashSurvivor{cands: []crashPin{{path: to, want: tgt}, {path: to, want: src}}, from: start, until: math.MaxInt})
+	}
+	// A rename over a survivor's name ends what the survivor promised there.
+	r.endSurvivors(r.under(to)...)
+	for _, p := range r.under(from) {
+		if r.model[p] == nil {
+			continue
+		}
+		q := to + strings.TrimPrefix(p, from)
+		extended := false
+		for i := range r.survivors {
+			s := &r.survivors[i]
+			if s.until != math.MaxInt {
+				continue
+			}
+			for _, c := range s.cands {
+				if c.path == p {
+					s.cands = append(s.cands, crashPin{path: q, want: c.want})
+					extended = true
+					break
+				}
+			}
+		}
+		if want := durable(p); want != nil && !extended {
+			add = append(add, crashSurvivor{cands: []crashPin{{path: p, want: want}, {path: q, want: want}}, from: start, until: math.MaxInt})
+		}
+	}
+	r.survivors = append(r.survivors, add...)
+}
+
+// activeSurvivors are the survivors in force for a cut at request k.
+func (r *crashRun) activeSurvivors(k int) []crashSurvivor {
+	var out []crashSurvivor
+	for _, s := range r.survivors {
+		if s.from <= k && k < s.until {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // holdOpen opens a file and keeps the handle, so that a removal makes it an orphan whose clusters

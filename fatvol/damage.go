@@ -3,6 +3,8 @@ package fatvol
 import (
 	"errors"
 	"fmt"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
 // Damage policy. Media come from the field, and a volume can be damaged in ways only a full check
@@ -59,6 +61,10 @@ func (v *Volume) claim(n *node, c uint32) error {
 	me := claimantOf(n)
 	owner, ok := v.claims[c]
 	switch {
+	case ok && owner != me && v.claimHolds(owner, c) && v.renamePair(owner, n):
+		// Both names of a rename a cut interrupted (read-only: an open for writing resolves
+		// them first): one file, not a cross-link.
+		return nil
 	case ok && owner != me && v.claimHolds(owner, c):
 		return fmt.Errorf("%w: %s and %s both hold cluster %d (cross-linked)", ErrCorrupt, n.path(), v.claimPath(owner), c)
 	case v.fat.isFresh(c) && !ok:
@@ -87,6 +93,21 @@ func (v *Volume) claimHolds(cl claimant, c uint32) bool {
 	}
 	e := d.entry(cl.off)
 	return e.Cluster(v.geo.Type) == c
+}
+
+// renamePair tells whether the claimant's entry and n's are the two names of one file that a cut
+// left in the middle of a rename: the same first cluster, size and attributes, exactly one
+// marked as the new name; or the same entry reached through both names of a directory.
+func (v *Volume) renamePair(cl claimant, n *node) bool {
+	if cl.parent == nil || n.parent == nil {
+		return false
+	}
+	if cl.off == n.off && cl.parent != n.parent && cl.parent.firstCluster() == n.parent.firstCluster() {
+		return v.renamePair(claimantOf(cl.parent), n.parent)
+	}
+	a, b := cl.parent.dir.entry(cl.off), n.ent
+	return a.Cluster(v.geo.Type) == b.Cluster(v.geo.Type) && a.Size == b.Size && a.Attr == b.Attr &&
+		(a.NTCase^b.NTCase)&ondisk.RenameNew != 0
 }
 
 func (v *Volume) claimPath(cl claimant) string {

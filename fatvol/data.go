@@ -96,6 +96,33 @@ func (n *node) cacheWrite(p []byte, off, size int64) error {
 	return nil
 }
 
+// padTail fills the rest of the cache page that holds the file's end with zeros, within its
+// last cluster, while that end is still dirty: bytes past the end belong to nothing (a file that
+// grows is zero-filled), and a page written whole needs no read of its old content in the
+// device's page cache; where a cluster is a page, files written one after another then leave as
+// one request instead of one each.
+func (n *node) padTail() error {
+	size := int64(n.ent.Size)
+	cs := int64(n.vol.geo.ClusterSize)
+	if n.isDir() || !n.chainOK || size%cs == 0 {
+		return nil
+	}
+	r := n.devRanges(size-1, 1)
+	if len(r) == 0 || !n.vol.cache.isDirty(r[0].off) {
+		return nil
+	}
+	end := r[0].off + 1 // the device offset of the file's end
+	ps := n.vol.cache.pageSize
+	padTo := min(end+cs-size%cs, (end+ps-1)/ps*ps)
+	if padTo <= end {
+		return nil
+	}
+	if err := n.vol.cache.write(zeroes[:padTo-end], end, end); err != nil {
+		return fmt.Errorf("%s: %w", n.path(), err)
+	}
+	return nil
+}
+
 // ensureClusters grows the chain to hold size bytes.
 func (n *node) ensureClusters(size int64) error {
 	if _, err := n.extents(); err != nil {

@@ -165,7 +165,7 @@ func (d *dirContent) index() {
 		}
 		lfnOff = -1
 		if !usableName(name) {
-			name = e.Name.DisplayName(e.NTCase, v.opts.ShortName)
+			name = e.Name.DisplayName(e.NTCase, v.opts.ShortName, v.opts.CodePage)
 		}
 		if !usableName(name) {
 			// Kept (the directory is not empty, the short name stays taken) but neither listed
@@ -198,7 +198,7 @@ func (d *dirContent) lookup(name string) (int, bool) {
 	if o, ok := d.names[ondisk.FoldName(clean)]; ok {
 		return o, true
 	}
-	if sn, ok := ondisk.ParseShortName(clean); ok {
+	if sn, ok := ondisk.ParseShortName(clean, d.n.vol.opts.CodePage); ok {
 		if o, ok := d.shorts[sn]; ok {
 			return o, true
 		}
@@ -215,6 +215,9 @@ func (d *dirContent) putEntry(off int, e *ondisk.DirEntry) {
 	e.Encode(d.buf[off : off+ondisk.DirEntrySize])
 	d.markDirty(off, ondisk.DirEntrySize)
 }
+
+// sectorOf is the index of the sector of the content that holds offset off.
+func (d *dirContent) sectorOf(off int) int { return off / d.n.vol.geo.SectorSize }
 
 func (d *dirContent) markDirty(off, length int) {
 	ss := d.n.vol.geo.SectorSize
@@ -263,7 +266,7 @@ func (d *dirContent) insert(name string, e ondisk.DirEntry, replacing int) (int,
 	if err != nil {
 		return 0, nameErr(err)
 	}
-	sn, ntCase, needLFN, err := ondisk.MakeShortName(clean, d.n.vol.opts.ShortName, func(s ondisk.ShortName) bool {
+	sn, ntCase, needLFN, err := ondisk.MakeShortName(clean, d.n.vol.opts.ShortName, d.n.vol.opts.CodePage, func(s ondisk.ShortName) bool {
 		o, used := d.shorts[s]
 		return used && o != replacing
 	})
@@ -298,11 +301,14 @@ func (d *dirContent) insert(name string, e ondisk.DirEntry, replacing int) (int,
 	}
 	shown := clean
 	if !needLFN {
-		shown = sn.DisplayName(ntCase, d.n.vol.opts.ShortName)
+		shown = sn.DisplayName(ntCase, d.n.vol.opts.ShortName, d.n.vol.opts.CodePage)
 	}
 	d.slots[o] = slot{lfnOff: start, name: shown}
 	d.names[ondisk.FoldName(shown)] = o
 	d.shorts[sn] = o
+	if first := d.sectorOf(o) * d.n.vol.geo.SectorSize; first > start {
+		d.n.vol.crossingCreate(d, start, first, o)
+	}
 	return o, nil
 }
 
@@ -310,6 +316,9 @@ func (d *dirContent) insert(name string, e ondisk.DirEntry, replacing int) (int,
 func (d *dirContent) remove(off int) {
 	s := d.slots[off]
 	e := d.entry(off)
+	if first := d.sectorOf(off) * d.n.vol.geo.SectorSize; first > s.lfnOff {
+		d.n.vol.crossingRemove(d, s.lfnOff, first, off)
+	}
 	for o := s.lfnOff; o <= off; o += ondisk.DirEntrySize {
 		ondisk.MarkDeleted(d.buf[o:])
 	}
@@ -325,54 +334,38 @@ func (d *dirContent) remove(off int) {
 	d.holeHint = min(d.holeHint, s.lfnOff)
 }
 
-// findFree returns the offset of count consecutive free entries, reusing deleted entries first,
-// then the free tail, then growing the directory by whole clusters. Entries that fit in one
-// sector are kept in one sector, so that one write puts or takes a name with all its long-name
-// entries: split over two sectors, a cut between their writes leaves orphaned long-name entries.
+// findFree returns the offset of count consecutive free entries: a run of deleted entries inside
+// one sector when there is one (one write then puts or takes the name whole), else the first run
+// of deleted entries that crosses sectors (or clusters) or the free tail, growing the directory
+// by whole clusters when the tail is too short, as vfat places names: a directory holds what the
+// format allows. The writes of a name that crosses sectors are ordered at writeback (crossing).
 func (d *dirContent) findFree(count int) (int, error) {
 	need := count * ondisk.DirEntrySize
-	ss := d.n.vol.geo.SectorSize
-	oneSector := need <= ss
-	found, runStart, run, firstHole := d.scanHoles(d.holeHint, need, oneSector)
+	if need <= d.n.vol.geo.SectorSize {
+		found, runStart, _, firstHole := d.scanHoles(d.holeHint, need, true)
+		if found {
+			return runStart, nil
+		}
+		// Remember where the first hole is, so the next search starts there, not at the
+		// beginning.
+		d.holeHint = d.end
+		if firstHole >= 0 {
+			d.holeHint = firstHole
+		}
+	}
+	found, runStart, run, _ := d.scanHoles(d.holeHint, need, false)
 	if found {
 		return runStart, nil
-	}
-	// Remember where the first hole is, so the next search starts there, not at the beginning.
-	d.holeHint = d.end
-	if firstHole >= 0 {
-		d.holeHint = firstHole
 	}
 	// A run of deleted entries that reaches the end continues into the free tail.
 	start := d.end
 	if run > 0 && runStart+run == d.end {
 		start = runStart
 	}
-	if next := (start/ss + 1) * ss; oneSector && start+need > next {
-		// The rest of this sector becomes deleted entries, not end markers, so the entry in the
-		// next sector is not hidden behind an end marker.
-		for o := d.end; o < next && o < len(d.buf); o += ondisk.DirEntrySize {
-			ondisk.MarkDeleted(d.buf[o:])
-		}
-		if d.end < next && d.end < len(d.buf) {
-			d.markDirty(d.end, min(next, len(d.buf))-d.end)
-			// Searches need not look at these few slots again: names that fit them go on in
-			// the tail anyway. (Were they holes to look at, every create would scan them.)
-			if d.holeHint >= d.end {
-				d.holeHint = min(next, len(d.buf))
-			}
-			d.end = min(next, len(d.buf))
-		}
-		start = next
-	}
 	if start+need <= len(d.buf) {
 		return start, nil
 	}
 	if err := d.grow(start + need - len(d.buf)); err != nil {
-		// The hole hint passes over fillers (below); before the directory is called full,
-		// every slot is looked at.
-		if found, off, _, _ := d.scanHoles(0, need, oneSector); found {
-			return off, nil
-		}
 		return 0, err
 	}
 	return start, nil

@@ -211,7 +211,10 @@ func (f *File) Close() error {
 	f.closed = true
 	n := f.n
 	var err error
-	if f.v.opts.Flush && f.flag&(os.O_WRONLY|os.O_RDWR) != 0 && !f.v.opts.ReadOnly {
+	if f.flag&(os.O_WRONLY|os.O_RDWR) != 0 && !n.unlinked && f.v.writable() == nil {
+		err = n.padTail()
+	}
+	if err == nil && f.v.opts.Flush && f.flag&(os.O_WRONLY|os.O_RDWR) != 0 && !f.v.opts.ReadOnly {
 		if f.v.opts.FlushNoWait {
 			go f.v.flushNodeLater(n)
 		} else {

@@ -46,7 +46,7 @@ func checkSlot(t *testing.T, d *dirContent, off int, s slot) {
 	}
 	e := d.entry(off)
 	if s.name == "" {
-		if _, ok := d.lookup(e.Name.DisplayName(e.NTCase, 0)); ok && usableName(e.Name.DisplayName(e.NTCase, 0)) {
+		if _, ok := d.lookup(e.Name.DisplayName(e.NTCase, 0, nil)); ok && usableName(e.Name.DisplayName(e.NTCase, 0, nil)) {
 			t.Fatalf("unlisted entry %q at %d is reachable", e.Name[:], off)
 		}
 		return
@@ -68,7 +68,7 @@ func checkSlot(t *testing.T, d *dirContent, off int, s slot) {
 		l := ondisk.DecodeLFN(d.buf[s.lfnOff+i*ondisk.DirEntrySize:])
 		units = append(units, l.LFNUnits()...)
 	}
-	long, short := string(utf16.Decode(units)), e.Name.DisplayName(e.NTCase, d.n.vol.opts.ShortName)
+	long, short := string(utf16.Decode(units)), e.Name.DisplayName(e.NTCase, d.n.vol.opts.ShortName, nil)
 	switch {
 	case count > 0 && usableName(long) && long != s.name:
 		t.Fatalf("entry at %d: long name %q listed as %q", off, long, s.name)

@@ -110,7 +110,7 @@ func (v *Volume) newInfo(name string, e ondisk.DirEntry, pos int64) *FileInfo {
 		name: name,
 		Attr: Attr{
 			Attributes:   e.Attr,
-			ShortName:    e.Name.DisplayName(0, ondisk.ShortNameWinNT),
+			ShortName:    e.Name.DisplayName(0, ondisk.ShortNameWinNT, v.opts.CodePage),
 			Created:      ondisk.DecodeTime(e.CreateDate, e.CreateTime, e.CreateTenth, v.loc),
 			Modified:     ondisk.DecodeTime(e.ModDate, e.ModTime, 0, v.loc),
 			Accessed:     ondisk.DecodeTime(e.AccessDate, 0, 0, v.loc),

@@ -292,6 +292,14 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 	if !ok {
 		return syscall.ENOENT
 	}
+	if od.buf[ooff+12]&ondisk.RenameNew != 0 || od.dirty[od.sectorOf(ooff)] {
+		// The source's entry must be on the disk as it is in memory before a new entry like it
+		// goes out: else a cut could leave the two names with different sizes (not recognisably
+		// one file), or, for the new name of a rename whose mark is not cleared yet, two marked.
+		if err := v.durable(); err != nil {
+			return err
+		}
+	}
 	src := od.child(ooff)
 	clean, err := ondisk.CleanName(nb)
 	if err != nil {
@@ -344,25 +352,29 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		}
 		e := src.ent
 		old := nd.entry(toff)
-		e.Name, e.NTCase = old.Name, old.NTCase
+		e.Name, e.NTCase = old.Name, old.NTCase&^ondisk.RenameNew
 		removed := od.span(ooff)
-		od.remove(ooff)
-		if !v.sameSector(od, removed, nd, entrySpan{toff, toff + ondisk.DirEntrySize}) {
-			if err := v.durable(); err != nil {
-				return err
-			}
-			if err := v.dotDotFirst(src, od, nd); err != nil {
-				return err
-			}
+		split := !v.sameSector(od, removed, nd, entrySpan{toff, toff + ondisk.DirEntrySize})
+		if split {
+			e.NTCase |= ondisk.RenameNew
+			v.keepMark(nd, toff)
 		}
+		src.storeEntry() // the old entry as the disk is to keep it: the same as the new one
+		oldBytes := append([]byte(nil), od.buf[removed.start:removed.end]...)
+		od.remove(ooff)
 		nd.putEntry(toff, &e)
 		delete(nd.children, toff)
-		// The target's clusters are let go of only now: until its entry is rewritten, the disk
-		// still points at them.
+		// The target's clusters are let go of now, and freed once its rewritten entry is
+		// durable: until then the disk still points at them.
 		if err := tgt.unlink(); err != nil {
 			return err
 		}
 		src.moveTo(nd, toff)
+		if split {
+			if err := v.newEntryFirst(src, od, removed, oldBytes); err != nil {
+				return err
+			}
+		}
 	} else {
 		off, err := nd.insert(clean, src.ent, replacing)
 		if err != nil {
@@ -370,13 +382,20 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 		}
 		// insert may have grown nd; od's offsets are unaffected even when nd == od.
 		removed, added := od.span(ooff), nd.span(off)
+		split := !v.sameSector(od, removed, nd, added)
+		if split {
+			nd.buf[off+12] |= ondisk.RenameNew
+			v.keepMark(nd, off)
+		}
+		src.storeEntry() // the old entry as the disk is to keep it: the same as the new one
+		oldBytes := append([]byte(nil), od.buf[removed.start:removed.end]...)
 		od.remove(ooff)
-		if !v.sameSector(od, removed, nd, added) {
-			if err := v.removeFirst(nd, added, func() error { return v.dotDotFirst(src, od, nd) }); err != nil {
+		src.moveTo(nd, off)
+		if split {
+			if err := v.newEntryFirst(src, od, removed, oldBytes); err != nil {
 				return err
 			}
 		}
-		src.moveTo(nd, off)
 	}
 	if od != nd {
 		if err := src.fixDotDot(); err != nil {
@@ -391,9 +410,11 @@ func (v *Volume) rename(oldname, newname string, flags RenameFlags) error {
 }
 
 // A rename writes two entries: the source's removal and the target's entry. When one sector
-// holds both, one write does both. Otherwise the removal is made durable first: a cut between the
-// two then leaves the file under neither name, its clusters lost, but never two entries sharing
-// clusters, which would turn into lost data once either of them is removed.
+// holds both, one write does both. Otherwise the new entry goes first, as Linux vfat writes it:
+// it is made durable while the disk keeps the old one, marked (ondisk.RenameNew) as the new name
+// of a rename; then the old entry's removal is made durable, and the mark is cleared at the next
+// writeback of directories. A cut in between leaves the file under both names, one marked, which the next
+// open for writing and fsck resolve by keeping the marked one: never under neither name.
 
 // entrySpan is the range of a directory's content an entry takes, long-name entries included.
 type entrySpan struct{ start, end int }
@@ -415,33 +436,31 @@ func (v *Volume) sameSector(da *dirContent, a entrySpan, db *dirContent, b entry
 	return true
 }
 
-// removeFirst makes durable everything but the entry just added in span of d, which the disk
-// sees as deleted entries meanwhile, then runs then; then the entry is put back, to be written
-// after.
-func (v *Volume) removeFirst(d *dirContent, span entrySpan, then func() error) error {
-	added := append([]byte(nil), d.buf[span.start:span.end]...)
-	for o := span.start; o < span.end; o += ondisk.DirEntrySize {
-		ondisk.MarkDeleted(d.buf[o:])
-	}
+// newEntryFirst makes a rename's new entry durable while the disk keeps the old one: span of od
+// shows oldBytes, the old entry (with the same fields as the new one), meanwhile. A directory
+// moved to another parent then gets its '..' pointed at the new parent, durably too, before the
+// old entry goes: '..' lives in a third sector, and agrees with the old entry until the new one
+// is durable and with the new one from then on (the resolution of a cut in between keeps the new
+// one and points '..' at its parent). Then the old entry's removal is made durable at once: the
+// two entries must stay alike while both may be on the disk, and a later writeback could change
+// the new one (a size) in the same phase as the removal. The mark is cleared at the next
+// writeback of directories.
+func (v *Volume) newEntryFirst(src *node, od *dirContent, span entrySpan, oldBytes []byte) error {
+	copy(od.buf[span.start:span.end], oldBytes)
 	err := v.durable()
-	if err == nil {
-		err = then()
+	if err == nil && src.isDir() && od != src.parent.dir {
+		if err = src.pointDotDotAt(src.parent); err == nil {
+			err = v.durable()
+		}
 	}
-	copy(d.buf[span.start:span.end], added)
-	d.markDirty(span.start, span.end-span.start)
-	return err
-}
-
-// dotDotFirst points a directory moving from od to nd at its new parent and makes that durable,
-// while no entry on disk points at the directory: '..' lives in a third sector, and an entry
-// durable before it would have a '..' pointing elsewhere.
-func (v *Volume) dotDotFirst(src *node, od, nd *dirContent) error {
-	if !src.isDir() || od == nd {
-		return nil
+	for o := span.start; o < span.end; o += ondisk.DirEntrySize {
+		ondisk.MarkDeleted(od.buf[o:])
 	}
-	if err := src.pointDotDotAt(nd.n); err != nil {
+	od.markDirty(span.start, span.end-span.start)
+	if err != nil {
 		return err
 	}
+	v.unmarkAfterRemoval(src.parent.dir, src.off)
 	return v.durable()
 }
 
@@ -492,6 +511,13 @@ func (v *Volume) exchange(aname, bname string) error {
 	if ad == bd && aoff == boff {
 		return nil
 	}
+	if (ad.buf[aoff+12]|bd.buf[boff+12])&ondisk.RenameNew != 0 {
+		// The new name of a rename whose mark is not cleared yet: that rename is settled first,
+		// else its old entry and the entry the exchange writes would share clusters, unmarked.
+		if err := v.durable(); err != nil {
+			return err
+		}
+	}
 	a, b := ad.child(aoff), bd.child(boff)
 	// Neither may end up inside itself.
 	for p := bd.n; p != nil; p = p.parent {
@@ -507,7 +533,7 @@ func (v *Volume) exchange(aname, bname string) error {
 	aspan, bspan := ad.span(aoff), bd.span(boff)
 	oldB := append([]byte(nil), bd.buf[bspan.start:bspan.end]...)
 	ae, be := a.ent, b.ent
-	ae.Name, ae.NTCase, be.Name, be.NTCase = be.Name, be.NTCase, ae.Name, ae.NTCase
+	ae.Name, ae.NTCase, be.Name, be.NTCase = be.Name, be.NTCase&^ondisk.RenameNew, ae.Name, ae.NTCase&^ondisk.RenameNew
 	a.ent, b.ent = ae, be
 	delete(ad.children, aoff)
 	delete(bd.children, boff)

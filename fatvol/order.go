@@ -1,5 +1,11 @@
 package fatvol
 
+import (
+	"math"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
+
 // FAT changes that must wait for something else to be durable. Memory always holds the truth;
 // what differs is when the disk may see it:
 //
@@ -9,7 +15,9 @@ package fatvol
 //     cut short waits until the entry's smaller size is durable (else the size outruns the chain);
 //   - quarantined clusters are freed in memory only once the change that let go of them is
 //     durable: an entry's removal, or a cut. Until then they stay allocated, so nothing reuses
-//     them while the disk may still have an entry pointing at them.
+//     them while the disk may still have an entry pointing at them;
+//   - a rename's new entry carries a mark (ondisk.RenameNew) while the disk may still have the
+//     old one: the mark is cleared once the old entry's removal is durable.
 //
 // Conditions count write phases: every writeback of the FAT and of directories is a phase, and
 // a flush makes every phase before it durable.
@@ -21,6 +29,14 @@ type order struct {
 	holds                   map[uint32]*hold
 	quarantine              []quarantined
 	quarantinedClusters     uint32
+	marks                   map[entryAt]uint64 // marked new entries -> the phase of the old one's removal
+	crossings               []crossing         // names crossing sectors whose writes wait to be ordered
+}
+
+// entryAt names a short entry by its directory and offset.
+type entryAt struct {
+	d   *dirContent
+	off int
 }
 
 // hold is the value the disk keeps for a FAT entry until needFAT and needDirs are durable; then
@@ -85,6 +101,34 @@ func (v *Volume) quarantine(ext []extent) {
 	v.order.quarantinedClusters += extentClusters(ext)
 }
 
+// keepMark records that the entry at off of d carries a rename mark that stays until
+// unmarkAfterRemoval says when it may go: an older mark there whose time has come must not
+// clear it.
+func (v *Volume) keepMark(d *dirContent, off int) {
+	if v.order.marks == nil {
+		v.order.marks = map[entryAt]uint64{}
+	}
+	v.order.marks[entryAt{d, off}] = math.MaxUint64
+}
+
+// unmarkAfterRemoval clears the rename mark of the entry at off of d at the first directory
+// phase after the next one, which writes the old entry's removal, is durable.
+func (v *Volume) unmarkAfterRemoval(d *dirContent, off int) {
+	v.order.marks[entryAt{d, off}] = v.order.dirPhases + 1
+}
+
+// unmark clears the rename mark of the entry at off of d, when it is still there and marked.
+func unmark(d *dirContent, off int) {
+	if _, ok := d.slots[off]; !ok || d.buf[off+12]&ondisk.RenameNew == 0 {
+		return
+	}
+	d.buf[off+12] &^= ondisk.RenameNew
+	d.markDirty(off, ondisk.DirEntrySize)
+	if c, ok := d.children[off]; ok {
+		c.ent.NTCase &^= ondisk.RenameNew
+	}
+}
+
 // holdsWaitOnFAT tells whether a hold waits for a FAT phase: a flush after the FAT is written
 // lets the links go out.
 func (v *Volume) holdsWaitOnFAT() bool {
@@ -137,6 +181,18 @@ func (v *Volume) flushed() {
 		v.freeQuarantined(q.ext)
 	}
 	o.quarantine = kept
+}
+
+// unmarkRemoved clears the marks whose old entry's removal is durable, for the directory phase
+// about to start to write: a mark left a while longer is harmless, and needs no flush of its own.
+func (v *Volume) unmarkRemoved() {
+	o := &v.order
+	for at, need := range o.marks {
+		if o.durableDirs >= need {
+			delete(o.marks, at)
+			unmark(at.d, at.off)
+		}
+	}
 }
 
 // freeQuarantined frees clusters whose entry's change is durable. A hold on one of them goes too,

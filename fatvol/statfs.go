@@ -183,23 +183,23 @@ func (v *Volume) Label() string {
 	defer v.mu.Unlock()
 	if d := v.root.dir; d != nil && d.labelOff >= 0 {
 		e := d.entry(d.labelOff)
-		return labelString(e.Name[:])
+		return labelString(e.Name[:], v.opts.CodePage)
 	}
 	if v.boot.BootSig == 0x29 {
-		if l := labelString(v.boot.VolumeLabel[:]); l != "NO NAME" {
+		if l := labelString(v.boot.VolumeLabel[:], v.opts.CodePage); l != "NO NAME" {
 			return l
 		}
 	}
 	return ""
 }
 
-func labelString(b []byte) string {
+func labelString(b []byte, cp *ondisk.CodePage) string {
 	var sb strings.Builder
 	for i, c := range b {
 		if i == 0 && c == 0x05 {
 			c = 0xE5
 		}
-		sb.WriteRune(ondisk.CP437Decode(c))
+		sb.WriteRune(cp.Decode(c))
 	}
 	return strings.TrimRight(sb.String(), " ")
 }

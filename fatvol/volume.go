@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
@@ -21,6 +22,9 @@ type Options struct {
 	ReadOnly bool
 	// ShortName selects how short names are created and shown, as Linux's shortname= option.
 	ShortName ondisk.ShortNameMode
+	// CodePage is the OEM code page short names are created and read in (vfat's codepage=);
+	// nil means 437 (ondisk.LookupCodePage).
+	CodePage *ondisk.CodePage
 	// Location is the time zone of FAT's local timestamps; nil means time.Local, as Linux and mtools.
 	Location *time.Location
 	// Logger receives open-time facts (geometry, block size); nil means slog.Default().
@@ -187,6 +191,20 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	v.opts.Logger.Info("fatvol: opened", "device", v.name, "type", geo.Type.String(),
 		"clusterSize", geo.ClusterSize, "clusters", geo.Clusters, "blockSize", v.blockSize,
 		"readOnly", opts.ReadOnly)
+
+	if !opts.ReadOnly && v.openedDirty {
+		// A crash may have cut a rename short, leaving the file under both names, or left the
+		// long-name entries of a name crossing sectors without their short entry: complete
+		// the one (keep the new name) and delete the others, as a journal replay would, before
+		// anything is read.
+		done, err := fsck.ResolveInterrupted(v.dev)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		for _, p := range done {
+			v.opts.Logger.Info("fatvol: completed what a crash cut short", "device", v.name, "problem", p.String())
+		}
+	}
 
 	raw := make([]byte, geo.FATBytes())
 	fatCopy := max(geo.ActiveFAT, 0)

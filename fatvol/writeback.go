@@ -19,8 +19,8 @@ import (
 //  4. FSINFO, which is only a hint.
 //
 // Clusters an entry let go of stay allocated until that entry is durable (order.go), and a rename
-// whose two entries live in different sectors makes the source's removal durable before the
-// target's entry is written (ops.go). docs/engine.md lists the rules and what proves them.
+// whose two entries live in different sectors makes the new entry durable before the old one's
+// removal is written (ops.go). docs/engine.md lists the rules and what proves them.
 
 // DirtyBytes is the file data written but not yet written back (a batch being written counts no
 // more): what a pulled stick would lose now, and what unmount still has to write.
@@ -203,6 +203,53 @@ func (v *Volume) writebackFAT() error {
 
 // writebackDirs writes the dirty sectors of every directory.
 func (v *Volume) writebackDirs() error {
+	v.unmarkRemoved()
+	if restore, any := v.maskCrossings(false); any {
+		// Names crossing sectors: their long-name entries' sectors (created) or their short
+		// entry's (removed) first, durably (crossing.go). What goes is scattered (a sector in
+		// two or three, in a directory being filled): rewriting the few sectors between as
+		// they are keeps each phase to one request.
+		for d := range v.dirtyDirs {
+			d.fillDirtyGaps(crossingGapSectors)
+		}
+		err := v.writeDirRanges()
+		restore()
+		if err == nil {
+			err = v.flushDevice()
+		}
+		if err != nil {
+			return err
+		}
+		for d := range v.dirtyDirs {
+			d.fillDirtyGaps(crossingGapSectors)
+		}
+	}
+	return v.writeDirRanges()
+}
+
+// crossingGapSectors is the longest run of clean sectors between dirty ones that the directory
+// phases of a writeback with crossing names rewrite rather than split their requests.
+const crossingGapSectors = 8
+
+// fillDirtyGaps marks dirty the clean sectors between two dirty ones when there are at most max
+// of them: they hold what the disk has, and one request costs less than two.
+func (d *dirContent) fillDirtyGaps(max int) {
+	last := -1
+	for s, dirty := range d.dirty {
+		if !dirty {
+			continue
+		}
+		if last >= 0 && s-last-1 <= max {
+			for g := last + 1; g < s; g++ {
+				d.dirty[g] = true
+			}
+		}
+		last = s
+	}
+}
+
+// writeDirRanges writes the dirty sectors of every directory as a directory phase.
+func (v *Volume) writeDirRanges() error {
 	v.order.dirPhases++
 	var ranges []devRange
 	for d := range v.dirtyDirs {
@@ -215,11 +262,16 @@ func (v *Volume) writebackDirs() error {
 // writebackFreshDirs writes the dirty sectors of directory clusters that no entry or chain on
 // disk points at yet, with the file data: before anything that makes them part of a directory.
 func (v *Volume) writebackFreshDirs() error {
+	// A created name crossing into a fresh cluster: its short entry goes as deleted for now, and
+	// again in the directory phase, in order (crossing.go).
+	restore, _ := v.maskCrossings(true)
 	var ranges []devRange
 	for d := range v.dirtyDirs {
 		ranges = append(ranges, d.dirtyRanges(true)...)
 	}
-	return v.writeRanges(ranges)
+	err := v.writeRanges(ranges)
+	restore()
+	return err
 }
 
 // writeFSInfo brings FAT32's FSINFO sector up to date when its free count or hint changed.

@@ -2,6 +2,7 @@ package fatvol
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -99,6 +100,91 @@ func TestWritebackCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	judgeClean(t, img)
+}
+
+// startCounter counts the requests to start device writeback.
+type startCounter struct {
+	blockdev.Device
+	starts int
+}
+
+func (d *startCounter) StartWriteback(off, length int64) error {
+	d.starts++
+	return d.Device.StartWriteback(off, length)
+}
+
+// Small files written one after another leave together: their ends are padded to whole pages
+// at close, so the clusters of a 4 KiB-cluster volume make one request, and the medium is asked
+// to start writing once per span, not once per file. A file appended to after the padding keeps
+// exactly what was written.
+func TestSmallFilesLeaveTogether(t *testing.T) {
+	img := mkfsImage(t, "512M", "-F", "32", "-s", "8")
+	f, err := blockdev.Open(img, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := blockdev.NewCounting(f)
+	sc := &startCounter{Device: c}
+	v, err := Open(sc, Options{Logger: quietLogger()})
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	const files = 300
+	want := map[string][]byte{}
+	for i := range files {
+		name := fmt.Sprintf("f%03d.txt", i)
+		want[name] = pattern(100+i*7, byte(i))
+		fh, err := v.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.Write(want[name]); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fh, err := v.OpenFile("f000.txt", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := pattern(50, 0xee)
+	if _, err := fh.Write(more); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	want["f000.txt"] = append(want["f000.txt"], more...)
+
+	before := c.Stats()
+	sc.starts = 0
+	if err := v.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// The data clusters run on with a break where the root directory grew; then the FAT (two
+	// copies), the directory and FSINFO. One request a file would be 300.
+	if d := c.Stats().Sub(before); d.Writes > 16 {
+		t.Errorf("%d write requests for %d small files, want at most 16 (stats: %v)", d.Writes, files, d)
+	}
+	if sc.starts > 4 {
+		t.Errorf("writeback started %d times for %d small files, want at most 4", sc.starts, files)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	judgeClean(t, img)
+	ro, err := OpenImage(img, Options{ReadOnly: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	for name, w := range want {
+		got, err := readAll(ro, name)
+		if err != nil || !bytes.Equal(got, w) {
+			t.Fatalf("%s after reopen: err %v, %d bytes, want %d, equal %v", name, err, len(got), len(w), bytes.Equal(got, w))
+		}
+	}
 }
 
 // Dirty data never grows past the bound: a writer past it writes back first.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +36,8 @@ type Device interface {
 // tell a programming error from an I/O error with errors.Is.
 var (
 	// ErrOutOfRange: a write (or a read at a negative offset) that does not fit in Size().
-	// The engine never grows a device; CreateImage is the only way to set an image's size.
+	// The engine never grows a device; CreateImage sets an image's size, and UpdateSize reads a
+	// grown one again.
 	ErrOutOfRange = errors.New("out of device range")
 	// ErrReadOnly: a write on a device opened read-only.
 	ErrReadOnly = errors.New("device opened read-only")
@@ -79,7 +81,7 @@ func ChooseBlockSize(size int64, logical, pageSize int) int {
 type File struct {
 	f         *os.File
 	path      string
-	size      int64
+	size      atomic.Int64 // read by I/O while UpdateSize may set it
 	logical   int
 	blockSize int
 	readOnly  bool
@@ -91,8 +93,8 @@ type File struct {
 var _ Device = (*File)(nil)
 
 // Open opens an image file or a block device (detected by stat): readOnly opens it Shared,
-// else Exclusive, claiming it for as long as it is open (OpenClaimed). The size is read once at
-// open: the engine never grows a device, so it cannot change under us through this handle.
+// else Exclusive, claiming it for as long as it is open (OpenClaimed). The size is read at open,
+// and again only at UpdateSize: an image grown while open becomes usable when its volume grows.
 func Open(path string, readOnly bool) (*File, error) {
 	if readOnly {
 		return OpenClaimed(path, Shared)
@@ -146,7 +148,7 @@ func newFile(f *os.File, path string, isBlock bool, claim Claim) (*File, error) 
 		f.Close()
 		return nil, err
 	}
-	d.blockSize = ChooseBlockSize(d.size, d.logical, os.Getpagesize())
+	d.blockSize = ChooseBlockSize(d.size.Load(), d.logical, os.Getpagesize())
 	if claim == Shared {
 		d.writer = otherWriter(f, path, isBlock)
 	}
@@ -161,7 +163,7 @@ func (d *File) probe() error {
 		if err != nil {
 			return fmt.Errorf("blockdev %s: %w", d.path, err)
 		}
-		d.size = st.Size()
+		d.size.Store(st.Size())
 		d.logical = ImageLogicalBlockSize
 		return nil
 	}
@@ -186,7 +188,7 @@ func (d *File) probe() error {
 	if lbs == 0 || bits.OnesCount32(lbs) != 1 {
 		return fmt.Errorf("blockdev %s: implausible logical block size %d", d.path, lbs)
 	}
-	d.size = int64(size)
+	d.size.Store(int64(size))
 	d.logical = int(lbs)
 	return nil
 }
@@ -252,7 +254,7 @@ func (d *File) Writer() string { return d.writer }
 func (d *File) OSFile() *os.File { return d.f }
 
 // Size returns the device size in bytes.
-func (d *File) Size() int64 { return d.size }
+func (d *File) Size() int64 { return d.size.Load() }
 
 // LogicalBlockSize returns 512 for image files and BLKSSZGET for block devices.
 func (d *File) LogicalBlockSize() int { return d.logical }
@@ -280,14 +282,15 @@ func (d *File) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("blockdev %s: read at %d: %w", d.path, off, ErrOutOfRange)
 	}
-	if off >= d.size {
+	size := d.size.Load()
+	if off >= size {
 		if len(p) == 0 {
 			return 0, nil
 		}
 		return 0, io.EOF
 	}
 	short := false
-	if rem := d.size - off; int64(len(p)) > rem {
+	if rem := size - off; int64(len(p)) > rem {
 		p = p[:rem]
 		short = true
 	}
@@ -311,9 +314,10 @@ func (d *File) checkWrite(n int64, off int64) error {
 	if d.readOnly {
 		return fmt.Errorf("blockdev %s: write at %d: %w", d.path, off, ErrReadOnly)
 	}
-	if off < 0 || n > d.size || off > d.size-n {
+	size := d.size.Load()
+	if off < 0 || n > size || off > size-n {
 		return fmt.Errorf("blockdev %s: write of %d bytes at %d past size %d: %w",
-			d.path, n, off, d.size, ErrOutOfRange)
+			d.path, n, off, size, ErrOutOfRange)
 	}
 	return nil
 }

@@ -86,6 +86,9 @@ func (c *checker) checkFile(i int32) {
 			}
 		}
 	}
+	if c.inData(f.start) && c.owner[f.start] != 0 && c.renamePair(i, int32(c.owner[f.start]-1)) {
+		return
+	}
 	if f.start == 1 || f.start >= c.g.Clusters+2 {
 		c.problem(ClusterOutOfRange, Error, c.path(i), f.start, f.entryOff, "start cluster %d is out of range (2..%d)", f.start, c.g.Clusters+1)
 		f.start = 0

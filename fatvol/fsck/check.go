@@ -44,6 +44,11 @@ type checker struct {
 	labelOff    int64
 	rootEndSeen bool
 	stopped     bool // maxRecords reached: directory walking stopped
+
+	dotDots []dotDot   // '..' entries naming another cluster than their parent's, judged after the walk
+	pairs   [][2]int32 // interrupted renames: the new name's record, the old one's
+	// orphanLFNs are the offsets of each run of long-name entries no short entry follows.
+	orphanLFNs [][]int64
 }
 
 // Check reads the volume on dev and reports its problems. It changes nothing. The error is
@@ -74,6 +79,9 @@ func check(dev blockdev.Device) (*checker, error) {
 	if err := c.walk(); err != nil {
 		return nil, err
 	}
+	c.pairEmptyFiles()
+	c.settleDotDots()
+	c.reportRenames()
 	c.checkLabel()
 	c.findLostClusters()
 	c.checkDirty()

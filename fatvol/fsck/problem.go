@@ -35,6 +35,7 @@ const (
 	Label                          // volume label in the boot sector and root directory disagree or are invalid
 	Dirty                          // the volume was not cleanly unmounted
 	Limit                          // the checker stopped short of something (hostile sizes)
+	InterruptedRename              // two names of one file, the new one marked: a rename a crash cut short
 )
 
 var kindNames = [...]string{
@@ -58,6 +59,7 @@ var kindNames = [...]string{
 	Label:              "Label",
 	Dirty:              "Dirty",
 	Limit:              "Limit",
+	InterruptedRename:  "InterruptedRename",
 }
 
 func (k Kind) String() string {
@@ -108,6 +110,10 @@ var repairableKinds = map[Kind]bool{
 	Dirty:        true,
 	FATMismatch:  true,
 	ChainLength:  true,
+	// The marked new name is kept and the old entry removed, as the engine does at open.
+	InterruptedRename: true,
+	// What a cut leaves of a name whose entries cross sectors: deleted, as fsck.fat deletes them.
+	OrphanLFN: true,
 }
 
 func (p Problem) String() string {

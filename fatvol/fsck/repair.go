@@ -40,7 +40,8 @@ func (r *RepairResult) Changed() bool { return r.After != nil }
 // broken boot sector, directory damage, ...) Repair writes nothing and lists them.
 //
 // The writes go in an order that leaves the volume no worse at any crash point: the dirty bit
-// is set first (so an interrupted repair is found again), then directory entries, flush, the
+// is set first (so an interrupted repair is found again), then interrupted renames are completed and
+// orphaned long-name entries deleted (rename.go), then directory entries, flush, the
 // FAT copies (the first, then the others), flush, FSINFO, flush, and only then the dirty bit
 // is cleared, with a last flush. The volume is checked again afterwards (RepairResult.After).
 func Repair(dev blockdev.Device) (*RepairResult, error) {
@@ -75,6 +76,9 @@ func Repair(dev blockdev.Device) (*RepairResult, error) {
 // writeRepair writes what the check changed in memory, in the order Repair describes.
 func (c *checker) writeRepair() error {
 	if err := c.setDirtyBit(true); err != nil {
+		return err
+	}
+	if err := c.resolveInterrupted(); err != nil {
 		return err
 	}
 	if err := c.writeEntries(); err != nil {

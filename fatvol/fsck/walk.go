@@ -21,6 +21,12 @@ type fileRec struct {
 	// entryChanged: the check changed start or size in memory as fsck.fat would on disk.
 	entryChanged bool
 	badName      bool
+	// renameNew: the entry carries ondisk.RenameNew. pair: 1 + the index of the other name of
+	// the same file when the two are an interrupted rename, 0 when not.
+	renameNew bool
+	pair      int32
+	lfnOffs   []int64  // device offsets of its long-name entries
+	stamps    [11]byte // creation and modification times and access date (bytes 13-19, 22-25)
 }
 
 func (f *fileRec) isDir() bool { return f.attr&ondisk.AttrDirectory != 0 }
@@ -193,6 +199,12 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 	shortName := displayShortName(e.Name, e.NTCase)
 	long, _ := c.lfnGet(e.Name, d, shortName, off)
 	rec.name, rec.hasLFN = shortName, long != ""
+	if rec.hasLFN {
+		rec.lfnOffs = c.lfn.lastOffsets
+	}
+	rec.renameNew = e.NTCase&ondisk.RenameNew != 0
+	copy(rec.stamps[:7], raw[13:20])
+	copy(rec.stamps[7:], raw[22:26])
 	if long != "" {
 		rec.name = long
 	}
@@ -231,7 +243,10 @@ func (c *checker) checkDot(d int32, dotdot bool, raw []byte, off int64) {
 	}
 	e := ondisk.DecodeDirEntry(raw)
 	dirPath := c.path(d)
-	if !e.IsDir() || e.Cluster(c.g.Type) != expect || e.Name != want {
+	if dotdot && e.IsDir() && e.Name == want && e.Cluster(c.g.Type) != expect {
+		// Right unless d is one of the two names of a rename, which the walk may not know yet.
+		c.dotDots = append(c.dotDots, dotDot{dir: d, off: off, got: e.Cluster(c.g.Type), attr: e.Attr})
+	} else if !e.IsDir() || e.Cluster(c.g.Type) != expect || e.Name != want {
 		switch {
 		case raw[0] == 0 || raw[0] == 0xE5:
 			c.problem(DotEntries, Error, dirPath, expect, off, "expected a valid '%s' entry in the %s slot, found a free entry", name, slot)

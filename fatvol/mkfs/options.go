@@ -33,6 +33,7 @@ type Options struct {
 	FixedDisk         bool           // the device is a non-removable disk: mkfs.fat then skips the floppy presets
 	MBR               bool           // --mbr: put a one-partition MBR table into the boot sector's code area
 	CreateTime        time.Time      // time stamp of the label entry; zero = now (mkfs.fat's --invariant uses 1426325213 UTC)
+	MaxSize           int64          // bytes the volume may grow to in place (growable.go); 0 or at most the size = mkfs.fat's layout
 }
 
 // Limits mkfs.fat enforces on its options.
@@ -79,6 +80,9 @@ func (o *Options) validate() error {
 	}
 	if o.Heads < 0 || o.Heads > 0xFFFF || o.SectorsPerTrack < 0 || o.SectorsPerTrack > 0xFFFF {
 		return bad("geometry %d heads / %d sectors per track is out of range 1..65535", o.Heads, o.SectorsPerTrack)
+	}
+	if o.MaxSize < 0 {
+		return bad("maximum size %d is negative", o.MaxSize)
 	}
 	if _, err := ondisk.EncodeLabel(o.Label); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)

@@ -71,6 +71,9 @@ func plan(size int64, opts Options, now time.Time) (*layout, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	if opts.MaxSize > size {
+		return planGrowable(size, opts, now)
+	}
 	ss := opts.SectorSize
 	if ss == 0 {
 		ss = hardSectorSize

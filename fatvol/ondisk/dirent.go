@@ -27,6 +27,12 @@ const (
 	CaseLowerExt  = 0x10
 )
 
+// RenameNew marks, in a bit of byte 12 that Linux, mtools, Windows and fsck.fat leave alone, the
+// new entry of a rename while the old one may still be on the disk: two entries with the same
+// first cluster, size and attributes, exactly one of them marked, are a rename a crash cut short,
+// and the marked one is kept. The bit is cleared once the old entry's removal is durable.
+const RenameNew = 0x40
+
 // First-byte markers of a directory entry.
 const (
 	markEnd     = 0x00 // this and all following entries are free

@@ -123,7 +123,7 @@ func FuzzDirEntries(f *testing.F) {
 				t.Fatalf("entry round trip: % x, then % x", raw, enc)
 			}
 			for _, mode := range []ondisk.ShortNameMode{ondisk.ShortNameMixed, ondisk.ShortNameLower, ondisk.ShortNameWin95, ondisk.ShortNameWinNT} {
-				shown := e.Name.DisplayName(e.NTCase, mode)
+				shown := e.Name.DisplayName(e.NTCase, mode, nil)
 				if !utf8.ValidString(shown) || strings.ContainsRune(shown, 0) {
 					t.Fatalf("short name %q shown as %q", e.Name[:], shown)
 				}
@@ -177,7 +177,7 @@ func FuzzShortName(f *testing.F) {
 		taken := map[ondisk.ShortName]bool{}
 		for i := 0; i < 3; i++ {
 			for _, mode := range []ondisk.ShortNameMode{ondisk.ShortNameMixed, ondisk.ShortNameWinNT} {
-				sn, _, _, err := ondisk.MakeShortName(s, mode, func(n ondisk.ShortName) bool { return taken[n] })
+				sn, _, _, err := ondisk.MakeShortName(s, mode, nil, func(n ondisk.ShortName) bool { return taken[n] })
 				if err != nil {
 					continue
 				}
@@ -187,12 +187,12 @@ func FuzzShortName(f *testing.F) {
 				taken[sn] = true
 			}
 		}
-		if sn, ok := ondisk.ParseShortName(s); ok {
+		if sn, ok := ondisk.ParseShortName(s, nil); ok {
 			if !sn.Valid() {
-				t.Fatalf("ParseShortName(%q) = invalid %q", s, sn[:])
+				t.Fatalf("ParseShortName(%q, nil) = invalid %q", s, sn[:])
 			}
-			if again, ok := ondisk.ParseShortName(sn.String()); !ok || again != sn {
-				t.Fatalf("ParseShortName(%q) = %q, shown %q, parsed again %q %v", s, sn[:], sn.String(), again[:], ok)
+			if again, ok := ondisk.ParseShortName(sn.String(), nil); !ok || again != sn {
+				t.Fatalf("ParseShortName(%q, nil) = %q, shown %q, parsed again %q %v", s, sn[:], sn.String(), again[:], ok)
 			}
 		}
 		ondisk.FoldName(s)

@@ -27,7 +27,7 @@ type caseInfo struct{ lower, upper, valid bool }
 //
 // One deviation: DEL (0x7F) is allowed in long names and Linux copies it into the short name,
 // but fsck.fat calls such a short name bad and renames it; we store '_' instead.
-func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
+func shortNameByte(u uint16, info *caseInfo, cp *CodePage) (byte, bool) {
 	switch u {
 	case '.', ' ': // vfat_skip_char
 		info.valid = false
@@ -36,7 +36,7 @@ func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
 		info.valid = false
 		return '_', true
 	}
-	b, ok := CP437Encode(rune(u)) // a lone surrogate never encodes
+	b, ok := cp.Encode(rune(u)) // a lone surrogate never encodes
 	if !ok || b == 0x7F {
 		info.valid = false
 		return '_', true
@@ -44,7 +44,7 @@ func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
 	if b >= 0x80 { // no case bits can describe a non-ASCII byte
 		info.lower, info.upper = false, false
 	}
-	up := cp437Upper(b)
+	up := cp.toUpper(b)
 	if 'A' <= up && up <= 'Z' {
 		if up == b {
 			info.lower = false
@@ -68,7 +68,7 @@ func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
 // Any other 8.3 name ("readme.txt" outside winnt mode, "ReadMe.txt" in every mode) gets a long
 // name and the plain short name README.TXT without a tail (Linux returns before trying tails).
 // Everything else gets a long name and a short name with a tail, found with exists:
-//   - base: the name up to its last dot, upper-cased in code page 437, dots and spaces dropped,
+//   - base: the name up to its last dot, upper-cased in the code page (cp; nil is 437), dots and spaces dropped,
 //     [ ] ; , + = and characters outside the code page (each UTF-16 unit) replaced by '_', at
 //     most 8 bytes; a name whose only dots lead it ("...test", ".hidden") is all base;
 //   - extension: up to 3 bytes after the last dot, converted the same way;
@@ -81,7 +81,7 @@ func shortNameByte(u uint16, info *caseInfo) (byte, bool) {
 //     with ErrNoShortName (Linux would loop forever; a directory never holds that many).
 //
 // Linux's nonumtail mount option (try the plain short name before ~1) is not offered.
-func MakeShortName(long string, mode ShortNameMode, exists func(ShortName) bool) (sn ShortName, ntCase byte, needLFN bool, err error) {
+func MakeShortName(long string, mode ShortNameMode, cp *CodePage, exists func(ShortName) bool) (sn ShortName, ntCase byte, needLFN bool, err error) {
 	name, err := CleanName(long)
 	if err != nil {
 		return sn, 0, false, err
@@ -108,7 +108,7 @@ func MakeShortName(long string, mode ShortNameMode, exists func(ShortName) bool)
 	extInfo := baseInfo
 	var base, ext []byte
 	for i, u := range baseUnits {
-		b, ok := shortNameByte(u, &baseInfo)
+		b, ok := shortNameByte(u, &baseInfo, cp)
 		if !ok {
 			continue
 		}
@@ -124,7 +124,7 @@ func MakeShortName(long string, mode ShortNameMode, exists func(ShortName) bool)
 		return sn, 0, false, fmt.Errorf("%q: no character fits a short name: %w", long, ErrInvalidName)
 	}
 	for i, u := range extUnits {
-		b, ok := shortNameByte(u, &extInfo)
+		b, ok := shortNameByte(u, &extInfo, cp)
 		if !ok {
 			continue
 		}
@@ -220,28 +220,28 @@ func lastDot(units []uint16) int {
 // DisplayName gives the name Linux shows for a short entry that has no long name
 // (fat_parse_short in fs/fat/dir.c): base and extension with their trailing spaces dropped,
 // joined by a dot when the extension is not empty, a first byte 0x05 shown as 0xE5, bytes decoded
-// from code page 437, and a NUL ending the base or extension early. Case, by mode:
+// from the code page cp (nil is 437), and a NUL ending the base or extension early. Case, by mode:
 //   - lower: always lower case (VFAT_SFN_DISPLAY_LOWER);
 //   - win95: as stored, the NT case bits are ignored (VFAT_SFN_DISPLAY_WIN95);
 //   - winnt and mixed: lower case where ntCase has CaseLowerBase / CaseLowerExt.
 //
 // A name of spaces only gives "", which Linux skips when listing.
-func (s ShortName) DisplayName(ntCase byte, mode ShortNameMode) string {
+func (s ShortName) DisplayName(ntCase byte, mode ShortNameMode, cp *CodePage) string {
 	work := s
 	if work[0] == markKanji {
 		work[0] = markDeleted
 	}
 	lowerBase := mode == ShortNameLower || (mode != ShortNameWin95 && ntCase&CaseLowerBase != 0)
 	lowerExt := mode == ShortNameLower || (mode != ShortNameWin95 && ntCase&CaseLowerExt != 0)
-	base := displayPart(work[:8], lowerBase)
-	ext := displayPart(work[8:], lowerExt)
+	base := displayPart(work[:8], lowerBase, cp)
+	ext := displayPart(work[8:], lowerExt, cp)
 	if ext == "" {
 		return base
 	}
 	return base + "." + ext
 }
 
-func displayPart(p []byte, lower bool) string {
+func displayPart(p []byte, lower bool, cp *CodePage) string {
 	var out []rune
 	keep := 0
 	for _, c := range p {
@@ -249,9 +249,9 @@ func displayPart(p []byte, lower bool) string {
 			break
 		}
 		if lower {
-			c = cp437Lower(c)
+			c = cp.toLower(c)
 		}
-		out = append(out, CP437Decode(c))
+		out = append(out, cp.Decode(c))
 		if c != ' ' {
 			keep = len(out)
 		}
@@ -260,11 +260,11 @@ func displayPart(p []byte, lower bool) string {
 }
 
 // ParseShortName turns a typed 8.3 name into the ShortName it stands for: trailing dots dropped,
-// a base of 1-8 and an optional extension of 1-3 characters of code page 437, ASCII letters
+// a base of 1-8 and an optional extension of 1-3 characters of the code page cp (nil is 437), ASCII letters
 // upper-cased, a first 0xE5 stored as 0x05; the result must be Valid. It reports false for
 // anything else. Non-ASCII letters are taken as typed, so a lookup by short name matches Linux's
 // (which compares the displayed short name, NT case bits applied) for ASCII names.
-func ParseShortName(name string) (ShortName, bool) {
+func ParseShortName(name string, cp *CodePage) (ShortName, bool) {
 	var sn ShortName
 	name = stripTrailingDots(name)
 	base, ext, hasExt := strings.Cut(name, ".")
@@ -274,7 +274,7 @@ func ParseShortName(name string) (ShortName, bool) {
 	for i := range sn {
 		sn[i] = ' '
 	}
-	if !putShortPart(sn[:8], base) || !putShortPart(sn[8:], ext) || base == "" {
+	if !putShortPart(sn[:8], base, cp) || !putShortPart(sn[8:], ext, cp) || base == "" {
 		return sn, false
 	}
 	if sn[0] == markDeleted {
@@ -283,10 +283,10 @@ func ParseShortName(name string) (ShortName, bool) {
 	return sn, sn.Valid()
 }
 
-func putShortPart(dst []byte, s string) bool {
+func putShortPart(dst []byte, s string, cp *CodePage) bool {
 	n := 0
 	for _, r := range s {
-		b, ok := CP437Encode(r)
+		b, ok := cp.Encode(r)
 		if !ok || n == len(dst) {
 			return false
 		}
@@ -321,4 +321,4 @@ func (s ShortName) Valid() bool {
 }
 
 // String shows the stored bytes as "BASE.EXT" without any case change, for messages.
-func (s ShortName) String() string { return s.DisplayName(0, ShortNameWin95) }
+func (s ShortName) String() string { return s.DisplayName(0, ShortNameWin95, nil) }

@@ -84,7 +84,7 @@ var linuxShortNameCases = []struct {
 
 func TestMakeShortNameLinuxRules(t *testing.T) {
 	for _, c := range linuxShortNameCases {
-		got, nt, lfn, err := MakeShortName(c.long, c.mode, noneExist)
+		got, nt, lfn, err := MakeShortName(c.long, c.mode, nil, noneExist)
 		if err != nil || got != c.want || nt != c.ntCase || lfn != c.needLFN {
 			t.Errorf("MakeShortName(%q, %v) = %q nt=%#x lfn=%v err=%v; want %q nt=%#x lfn=%v",
 				c.long, c.mode, got[:], nt, lfn, err, c.want[:], c.ntCase, c.needLFN)
@@ -97,27 +97,27 @@ func TestMakeShortNameLinuxRules(t *testing.T) {
 
 func TestMakeShortNameRefusesBadNames(t *testing.T) {
 	for _, bad := range []string{"", "...", "a/b", "a*b", "name "} {
-		if _, _, _, err := MakeShortName(bad, ShortNameMixed, noneExist); !errors.Is(err, ErrInvalidName) {
+		if _, _, _, err := MakeShortName(bad, ShortNameMixed, nil, noneExist); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("MakeShortName(%q): err = %v, want ErrInvalidName", bad, err)
 		}
 	}
-	if _, _, _, err := MakeShortName(strings.Repeat("x", 256), ShortNameMixed, noneExist); !errors.Is(err, ErrNameTooLong) {
+	if _, _, _, err := MakeShortName(strings.Repeat("x", 256), ShortNameMixed, nil, noneExist); !errors.Is(err, ErrNameTooLong) {
 		t.Errorf("256 units: err = %v, want ErrNameTooLong", err)
 	}
 }
 
 func TestMakeShortNameTakenPlainName(t *testing.T) {
 	taken := func(s ShortName) bool { return s == sn("README  TXT") }
-	if _, _, _, err := MakeShortName("README.TXT", ShortNameMixed, taken); !errors.Is(err, ErrShortNameTaken) {
+	if _, _, _, err := MakeShortName("README.TXT", ShortNameMixed, nil, taken); !errors.Is(err, ErrShortNameTaken) {
 		t.Errorf("README.TXT over an existing README.TXT: err = %v, want ErrShortNameTaken", err)
 	}
 	// Any valid 8.3 form is checked first, whatever its case: "readme.txt" would be found as
 	// README.TXT by a lookup, so Linux refuses it with -EEXIST too.
-	if _, _, _, err := MakeShortName("readme.txt", ShortNameMixed, taken); !errors.Is(err, ErrShortNameTaken) {
+	if _, _, _, err := MakeShortName("readme.txt", ShortNameMixed, nil, taken); !errors.Is(err, ErrShortNameTaken) {
 		t.Errorf("readme.txt over an existing README.TXT: err = %v, want ErrShortNameTaken", err)
 	}
 	// A name that is no 8.3 name just gets a tail.
-	got, _, lfn, err := MakeShortName("read me.txt", ShortNameMixed, taken)
+	got, _, lfn, err := MakeShortName("read me.txt", ShortNameMixed, nil, taken)
 	if err != nil || got != sn("README~1TXT") || !lfn {
 		t.Errorf("read me.txt = %q lfn=%v err=%v", got[:], lfn, err)
 	}
@@ -140,7 +140,7 @@ func TestMakeShortNameTails(t *testing.T) {
 	const long = "verylongname.html"
 	for k := 0; k <= 12; k++ {
 		f := &firstTaken{k: k}
-		got, _, lfn, err := MakeShortName(long, ShortNameMixed, f.exists)
+		got, _, lfn, err := MakeShortName(long, ShortNameMixed, nil, f.exists)
 		if err != nil || !lfn {
 			t.Fatalf("k=%d: %q lfn=%v err=%v", k, got[:], lfn, err)
 		}
@@ -161,7 +161,7 @@ func TestMakeShortNameTails(t *testing.T) {
 	}
 	// The numeric tails asked first are exactly ~1..~9, the hashed ones step down by 11.
 	f := &firstTaken{k: 11}
-	MakeShortName(long, ShortNameMixed, f.exists)
+	MakeShortName(long, ShortNameMixed, nil, f.exists)
 	var hexValues []int
 	for _, c := range f.asked[9:] {
 		var v int
@@ -175,7 +175,7 @@ func TestMakeShortNameTails(t *testing.T) {
 	}
 	// Deterministic: the same long name gives the same hashed candidates.
 	g := &firstTaken{k: 11}
-	MakeShortName(long, ShortNameMixed, g.exists)
+	MakeShortName(long, ShortNameMixed, nil, g.exists)
 	for i := range f.asked {
 		if f.asked[i] != g.asked[i] {
 			t.Errorf("candidate %d differs between runs: %q, %q", i, f.asked[i][:], g.asked[i][:])
@@ -185,7 +185,7 @@ func TestMakeShortNameTails(t *testing.T) {
 
 func TestMakeShortNameShortBaseTails(t *testing.T) {
 	f := &firstTaken{k: 9}
-	got, _, _, err := MakeShortName("x.jpeg", ShortNameMixed, f.exists)
+	got, _, _, err := MakeShortName("x.jpeg", ShortNameMixed, nil, f.exists)
 	if err != nil || got[0] != 'X' || !isHex(got[1]) || !isHex(got[4]) || got[5] != '~' || got[7] != ' ' ||
 		string(got[8:]) != "JPE" {
 		t.Errorf("x.jpeg after ~1..~9: %q, %v; want Xxxxx~d.JPE", got[:], err)
@@ -195,7 +195,7 @@ func TestMakeShortNameShortBaseTails(t *testing.T) {
 func TestMakeShortNameGivesUp(t *testing.T) {
 	calls := 0
 	all := func(ShortName) bool { calls++; return true }
-	_, _, _, err := MakeShortName("verylongname.html", ShortNameMixed, all)
+	_, _, _, err := MakeShortName("verylongname.html", ShortNameMixed, nil, all)
 	if !errors.Is(err, ErrNoShortName) {
 		t.Fatalf("err = %v, want ErrNoShortName", err)
 	}
@@ -204,7 +204,7 @@ func TestMakeShortNameGivesUp(t *testing.T) {
 	}
 	// The hashed tries cover every 4-digit value once (11 and 65536 are coprime).
 	seen := map[ShortName]bool{}
-	MakeShortName("verylongname.html", ShortNameMixed, func(s ShortName) bool { seen[s] = true; return true })
+	MakeShortName("verylongname.html", ShortNameMixed, nil, func(s ShortName) bool { seen[s] = true; return true })
 	if len(seen) != numericTails+hashedTries {
 		t.Errorf("%d distinct candidates, want %d", len(seen), numericTails+hashedTries)
 	}
@@ -235,8 +235,8 @@ func TestDisplayName(t *testing.T) {
 		{sn("           "), 0, ShortNameMixed, ""},
 	}
 	for _, c := range cases {
-		if got := c.s.DisplayName(c.ntCase, c.mode); got != c.want {
-			t.Errorf("%q.DisplayName(%#x, %v) = %q, want %q", c.s[:], c.ntCase, c.mode, got, c.want)
+		if got := c.s.DisplayName(c.ntCase, c.mode, nil); got != c.want {
+			t.Errorf("%q.DisplayName(%#x, %v, nil) = %q, want %q", c.s[:], c.ntCase, c.mode, got, c.want)
 		}
 	}
 }
@@ -267,9 +267,9 @@ func TestParseShortName(t *testing.T) {
 		{"a\x01.txt", ShortName{}, false},     // control character
 	}
 	for _, c := range cases {
-		got, ok := ParseShortName(c.in)
+		got, ok := ParseShortName(c.in, nil)
 		if ok != c.ok || (ok && got != c.want) {
-			t.Errorf("ParseShortName(%q) = %q, %v; want %q, %v", c.in, got[:], ok, c.want[:], c.ok)
+			t.Errorf("ParseShortName(%q, nil) = %q, %v; want %q, %v", c.in, got[:], ok, c.want[:], c.ok)
 		}
 	}
 }
@@ -361,7 +361,7 @@ func mtoolsCopy(t *testing.T, names ...string) []mtoolsEntry {
 
 func TestShortNamesAgainstMtools(t *testing.T) {
 	for _, c := range linuxShortNameCases {
-		got, nt, lfn, err := MakeShortName(c.long, c.mode, noneExist)
+		got, nt, lfn, err := MakeShortName(c.long, c.mode, nil, noneExist)
 		if err != nil {
 			t.Fatalf("MakeShortName(%q): %v", c.long, err)
 		}
@@ -397,7 +397,7 @@ func TestTailsAgainstMtools(t *testing.T) {
 	}
 	used := map[ShortName]bool{}
 	for i, e := range entries {
-		got, _, _, err := MakeShortName(names[i], ShortNameMixed, func(s ShortName) bool { return used[s] })
+		got, _, _, err := MakeShortName(names[i], ShortNameMixed, nil, func(s ShortName) bool { return used[s] })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,39 +420,71 @@ func TestTailsAgainstMtools(t *testing.T) {
 	}
 }
 
-// --- code page 437 ----------------------------------------------------------------------------
+// --- code pages ------------------------------------------------------------------------------
 
-// glibc's iconv is an independent definition of code page 437.
-func TestCP437AgainstIconv(t *testing.T) {
+// glibc's iconv is an independent definition of each code page offered: every byte 0x01-0xFF,
+// control codes and DEL included, decodes to what iconv says and encodes back.
+func TestCodePagesAgainstIconv(t *testing.T) {
 	testenv.RequireTool(t, "iconv")
 	var in []byte
 	for b := 1; b < 256; b++ {
 		in = append(in, byte(b))
 	}
-	cmd := exec.Command("iconv", "-f", "CP437", "-t", "UTF-8")
-	cmd.Stdin = bytes.NewReader(in)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("iconv: %v", err)
-	}
-	runes := []rune(string(out))
-	if len(runes) != len(in) {
-		t.Fatalf("iconv gave %d characters for %d bytes", len(runes), len(in))
-	}
-	for i, r := range runes {
-		b := in[i]
-		if got := CP437Decode(b); got != r {
-			t.Errorf("CP437Decode(%#02x) = %U, iconv says %U", b, got, r)
+	for _, n := range []int{437, 850, 852, 855, 860, 862, 863, 865, 866} {
+		cp, err := LookupCodePage(n)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got, ok := CP437Encode(r); !ok || got != b {
-			t.Errorf("CP437Encode(%U) = %#02x, %v; want %#02x", r, got, ok, b)
+		cmd := exec.Command("iconv", "-f", fmt.Sprintf("CP%d", n), "-t", "UTF-8")
+		cmd.Stdin = bytes.NewReader(in)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("iconv CP%d: %v", n, err)
+		}
+		runes := []rune(string(out))
+		if len(runes) != len(in) {
+			t.Fatalf("iconv gave %d characters for %d bytes of CP%d", len(runes), len(in), n)
+		}
+		for i, r := range runes {
+			b := in[i]
+			if got := cp.Decode(b); got != r {
+				t.Errorf("CP%d Decode(%#02x) = %U, iconv says %U", n, b, got, r)
+			}
+			if got, ok := cp.Encode(r); !ok || got != b {
+				t.Errorf("CP%d Encode(%U) = %#02x, %v; want %#02x", n, r, got, ok, b)
+			}
+		}
+		if _, ok := cp.Encode(0); ok {
+			t.Errorf("CP%d: NUL encodes", n)
+		}
+		if _, ok := cp.Encode('日'); ok {
+			t.Errorf("CP%d: 日 encodes", n)
 		}
 	}
-	if _, ok := CP437Encode(0); ok {
-		t.Error("NUL encodes")
+	var nilCP *CodePage
+	if nilCP.Number() != 437 || nilCP.Decode(0x9D) != '¥' {
+		t.Error("the nil code page is not 437")
 	}
-	if _, ok := CP437Encode('日'); ok {
-		t.Error("日 encodes")
+	for _, n := range []int{737, 932, 1252, 0} {
+		if _, err := LookupCodePage(n); err == nil || !strings.Contains(err.Error(), "437, 850, 852") {
+			t.Errorf("code page %d: %v, want a refusal listing what is offered", n, err)
+		}
+	}
+}
+
+// Code page 850 cases: letters with both cases in the page map to each other; dotless i does
+// not become ASCII I.
+func TestCP850Case(t *testing.T) {
+	cp, _ := LookupCodePage(850)
+	for b, want := range map[byte]byte{0x9B: 0x9D, 0x81: 0x9A, 0xA0: 0xB5, 0xD5: 0xD5, 'a': 'A'} {
+		if got := cp.toUpper(b); got != want {
+			t.Errorf("CP850 toUpper(%#02x) = %#02x, want %#02x", b, got, want)
+		}
+	}
+	for b, want := range map[byte]byte{0x9D: 0x9B, 0xB5: 0xA0, 'A': 'a'} {
+		if got := cp.toLower(b); got != want {
+			t.Errorf("CP850 toLower(%#02x) = %#02x, want %#02x", b, got, want)
+		}
 	}
 }
 
@@ -462,15 +494,15 @@ func TestCP437Case(t *testing.T) {
 		0x87: 0x80, 0x91: 0x92, 0x94: 0x99, 0xA4: 0xA5, 0xE5: 0xE4, 0xED: 0xE8,
 		0x83: 0x83, 0x98: 0x98, 0xE0: 0xE0, 0xE1: 0xE1, 0xE6: 0xE6, 0xEB: 0xEB, 0x9F: 0x9F}
 	for b, want := range upper {
-		if got := cp437Upper(b); got != want {
-			t.Errorf("cp437Upper(%#02x) = %#02x, want %#02x", b, got, want)
+		if got := (*CodePage)(nil).toUpper(b); got != want {
+			t.Errorf("cp437 toUpper(%#02x) = %#02x, want %#02x", b, got, want)
 		}
 	}
 	lower := map[byte]byte{'A': 'a', 0x80: 0x87, 0x8E: 0x84, 0x8F: 0x86, 0x90: 0x82, 0x92: 0x91, 0x99: 0x94,
 		0x9A: 0x81, 0xA5: 0xA4, 0xE4: 0xE5, 0xE8: 0xED, 0xE2: 0xE2, 0xE9: 0xE9, 0xEA: 0xEA}
 	for b, want := range lower {
-		if got := cp437Lower(b); got != want {
-			t.Errorf("cp437Lower(%#02x) = %#02x, want %#02x", b, got, want)
+		if got := (*CodePage)(nil).toLower(b); got != want {
+			t.Errorf("cp437 toLower(%#02x) = %#02x, want %#02x", b, got, want)
 		}
 	}
 }
