@@ -288,7 +288,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, s.errno(err)
 	}
 	in := s.entry(ctx, n, fi, out)
-	return in, &handle{srv: s, f: f}, fuse.FOPEN_KEEP_CACHE, 0
+	return in, &handle{srv: s, f: f}, openReply, 0
 }
 
 // Mknod makes regular files (mknod(2) with S_IFREG); FAT holds no other kind, and vfat answers
@@ -334,8 +334,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Blocks = uint64(st.TotalClusters)
 	out.Bfree = uint64(st.FreeClusters)
 	out.Bavail = uint64(st.FreeClusters)
-	// vfat: FAT_LFN_LEN (255) characters of up to NLS_MAX_CHARSET_SIZE (6) bytes each.
-	out.NameLen = 255 * 6
+	// NAME_MAX: every name of up to 255 UTF-8 bytes fits in FAT's 255 UTF-16 units, so every
+	// name up to this length is accepted (vfat's 255*6 promises names it refuses).
+	out.NameLen = 255
 	return 0
 }
 

@@ -3,6 +3,7 @@ package fatfuse
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"os"
 	"os/exec"
 	"regexp"
@@ -300,8 +301,42 @@ func TestStatfs(t *testing.T) {
 	if sf.Blocks != total || sf.Bfree != total-used || sf.Bavail != sf.Bfree {
 		t.Errorf("blocks %d free %d avail %d; fsck.fat counts %d clusters, %d used", sf.Blocks, sf.Bfree, sf.Bavail, total, used)
 	}
-	if sf.Namelen != 1530 {
-		t.Errorf("namelen %d, want vfat's 255*6", sf.Namelen)
+	if sf.Namelen != 255 {
+		t.Errorf("namelen %d, want 255, the length every name up to which is accepted", sf.Namelen)
+	}
+}
+
+// TestNameMax: names of 255 bytes, ASCII or not, are made, listed and removed; one of 256 ASCII
+// characters (256 UTF-16 units) is ENAMETOOLONG, as statfs's name length says.
+func TestNameMax(t *testing.T) {
+	needTools(t, "mkfs.fat", "fsck.fat")
+	img := makeImage(t, 32768)
+	m := mountImage(t, img, "")
+	names := []string{strings.Repeat("n", 255), strings.Repeat("é", 127) + "x", strings.Repeat("€", 85)}
+	for _, name := range names {
+		if len(name) != 255 {
+			t.Fatalf("test name of %d bytes", len(name))
+		}
+		if err := os.WriteFile(m.path(name), []byte("x"), 0o644); err != nil {
+			t.Fatalf("create a %d-byte name: %v", len(name), err)
+		}
+	}
+	ents, err := os.ReadDir(m.dir)
+	if err != nil || len(ents) != len(names) {
+		t.Fatalf("readdir: %d entries, %v", len(ents), err)
+	}
+	err = os.WriteFile(m.path(strings.Repeat("n", 256)), []byte("x"), 0o644)
+	if !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Errorf("create a 256-byte name: %v, want ENAMETOOLONG", err)
+	}
+	for _, name := range names {
+		if err := os.Remove(m.path(name)); err != nil {
+			t.Errorf("remove a %d-byte name: %v", len(name), err)
+		}
+	}
+	m.unmount()
+	if out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput(); err != nil {
+		t.Fatalf("fsck.fat: %v\n%s", err, out)
 	}
 }
 

@@ -42,10 +42,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if e != 0 {
 		return nil, 0, e
 	}
-	// The engine is the only writer and every write passes the kernel's page cache, so the
-	// cache stays valid from one open to the next.
-	return &handle{srv: s, f: f}, fuse.FOPEN_KEEP_CACHE, 0
+	return &handle{srv: s, f: f}, openReply, 0
 }
+
+// openReply are the flags of every file open's answer. KEEP_CACHE: the engine is the only
+// writer and every write passes the kernel's page cache, so the cache stays valid from one open
+// to the next. NOFLUSH: close(2) sends no FLUSH, a round trip per file that had nothing to do;
+// writeback under the flush option happens at the engine's close of the file (Release), as vfat's
+// at the last release.
+const openReply = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 
 // Read reads at off; short at the end of the file.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -53,7 +58,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.srv.errno(err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	// A vector goes out with one writev; go-fuse would first try to splice a data result
+	// (a pipe write, a splice to /dev/null and an ioctl per read, all wasted).
+	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
 // Write writes at off (at the end under O_APPEND, which the engine applies).
@@ -75,10 +82,6 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	return uint32(n), 0
 }
-
-// Flush runs at every close(2) of a descriptor. Writeback under the flush option happens at the
-// engine's close of the file (Release), as vfat's at the last release.
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
 
 // Fsync makes the file durable.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
@@ -110,7 +113,6 @@ var (
 	_ gofs.NodeOpener    = (*node)(nil)
 	_ gofs.FileReader    = (*handle)(nil)
 	_ gofs.FileWriter    = (*handle)(nil)
-	_ gofs.FileFlusher   = (*handle)(nil)
 	_ gofs.FileFsyncer   = (*handle)(nil)
 	_ gofs.FileReleaser  = (*handle)(nil)
 	_ gofs.FileAllocater = (*handle)(nil)

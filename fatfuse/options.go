@@ -28,6 +28,8 @@ type Options struct {
 	// may set times.
 	AllowUtime uint32
 	ShortName  ondisk.ShortNameMode
+	// CodePage is the OEM code page of short names (codepage=); nil is 437, vfat's default.
+	CodePage *ondisk.CodePage
 	// Flush writes a file back when it is closed; Sync writes back after every change.
 	Flush, Sync bool
 	// Quiet makes refused chmod and chown succeed without effect.
@@ -147,6 +149,17 @@ func ParseOptions(s string) (Options, error) {
 				return o, bad(err)
 			}
 			o.ShortName = m
+		case key == "codepage":
+			if err := needVal(); err != nil {
+				return o, err
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return o, bad(fmt.Errorf("want a code page number"))
+			}
+			if o.CodePage, err = ondisk.LookupCodePage(n); err != nil {
+				return o, bad(err)
+			}
 		case key == "errors":
 			switch val {
 			case "remount-ro", "continue":
@@ -215,7 +228,7 @@ func ParseOptions(s string) (Options, error) {
 // VolumeOptions are the engine options these mount options call for.
 func (o Options) VolumeOptions() fatvol.Options {
 	return fatvol.Options{ReadOnly: o.ReadOnly, ShortName: o.ShortName, Location: o.Location, Sync: o.Sync, Flush: o.Flush,
-		ContinueAfterDeviceError: o.Errors == "continue"}
+		ContinueAfterDeviceError: o.Errors == "continue", CodePage: o.CodePage}
 }
 
 // OptionsHelp documents every option, for the command's --help.
@@ -226,6 +239,8 @@ const OptionsHelp = `  ro, rw              read-only or read-write (default rw)
   fmask=OOO           ... files only
   allow_utime=OOO     octal 020 and/or 002: group/others with write access may set times
   shortname=MODE      lower, win95, winnt or mixed (default mixed): how short names are made and shown
+  codepage=N          the OEM code page short names are made and read in (default 437): 437, 850
+                      (Windows in Western Europe, and mtools), 852, 855, 860, 862, 863, 865, 866
   flush               write a file back to the device when it is closed
   sync                write every change back to the device before the call returns
   quiet               refused chmod/chown succeed silently instead of failing with EPERM

@@ -31,6 +31,10 @@ func TestParseOptions(t *testing.T) {
 			return o.ShortName == ondisk.ShortNameWinNT && o.VolumeOptions().ShortName == ondisk.ShortNameWinNT
 		}},
 		{"shortname=lower", func(o Options) bool { return o.ShortName == ondisk.ShortNameLower }},
+		{"codepage=850", func(o Options) bool {
+			return o.CodePage.Number() == 850 && o.VolumeOptions().CodePage.Number() == 850
+		}},
+		{"", func(o Options) bool { return o.CodePage == nil && o.VolumeOptions().CodePage.Number() == 437 }},
 		{"shortname=win95", func(o Options) bool { return o.ShortName == ondisk.ShortNameWin95 }},
 		{"flush,sync,quiet", func(o Options) bool { return o.Flush && o.Sync && o.Quiet }},
 		{"errors=continue", func(o Options) bool { return o.Errors == "continue" }},
@@ -79,6 +83,9 @@ func TestParseOptionsRefuses(t *testing.T) {
 		{"dev", "dev"},
 		{"repair,ro", "repair and ro"},
 		{"check=1", "check=1"},
+		{"codepage=932", "437, 850"},
+		{"codepage=latin1", "codepage=latin1"},
+		{"codepage=", "codepage="},
 	} {
 		_, err := ParseOptions(tt.in)
 		if err == nil {

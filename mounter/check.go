@@ -9,19 +9,25 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
+	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
 
 // maxProblems bounds the problems a CheckResult lists.
 const maxProblems = 20
 
-// Check checks the file system on dev, repairing what fsck.Repair repairs safely when repair
+// Check checks the file system on the medium (the whole of a superfloppy, else its first FAT
+// partition), repairing what fsck.Repair repairs safely when repair
 // is set, as the driver does before serving. With walk it also opens the volume read-only and
 // reads every directory, as adopting a device needs. An error means no FAT file system the
 // checker can read (or a device that fails).
-func Check(dev blockdev.Device, repair, walk bool) (*protocol.CheckResult, error) {
+func Check(medium blockdev.Device, repair, walk bool) (*protocol.CheckResult, error) {
+	// A superfloppy is checked whole, a partitioned stick in its first FAT partition.
+	dev, _, err := layout.Open(medium, "")
+	if err != nil {
+		return nil, err
+	}
 	var res *fsck.RepairResult
-	var err error
 	if repair {
 		res, err = fsck.Repair(dev)
 	} else {
@@ -59,6 +65,7 @@ func Check(dev blockdev.Device, repair, walk bool) (*protocol.CheckResult, error
 			return nil, err
 		}
 		walkErr := iofs.WalkDir(vol, ".", func(_ string, _ iofs.DirEntry, err error) error { return err })
+		out.Label = vol.Label()
 		if err := vol.Close(); walkErr == nil {
 			walkErr = err
 		}

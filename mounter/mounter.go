@@ -22,6 +22,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
 
@@ -133,7 +134,13 @@ func (s *Server) handle(c *net.UnixConn) {
 			}
 			return
 		}
-		if req.Op != protocol.OpStatus {
+		if req.Op == protocol.OpHold {
+			s.hold(c, &req) // the connection ends with its hold
+			return
+		}
+		// Status is asked often; a grow that grows is logged by the engine, one that has
+		// nothing to do changes nothing.
+		if req.Op != protocol.OpStatus && req.Op != protocol.OpGrow {
 			s.log.Info("request", "op", req.Op, "volume", req.Volume)
 		}
 		resp := s.do(&req, files)
@@ -192,6 +199,10 @@ func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response 
 		return &protocol.Response{}
 	case protocol.OpStop:
 		return s.stop()
+	case protocol.OpRelease:
+		return fail(errors.New("nothing is held on this connection: release follows hold on the connection that holds"), protocol.CodeInvalid)
+	case protocol.OpGrow:
+		return s.grow()
 	}
 	return fail(fmt.Errorf("unknown operation %q", req.Op), protocol.CodeInvalid)
 }
@@ -257,7 +268,14 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 		return fail(err, "")
 	}
 	fault("serve", req.Volume)
-	dev := &meteredDevice{Counting: blockdev.NewCounting(file), path: a.Source}
+	// A superfloppy is served whole, a partitioned stick's first FAT partition through a window.
+	fsDev, _, err := layout.Open(file, "")
+	if err != nil {
+		file.Close()
+		fuseFile.Close()
+		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
+	}
+	dev := &meteredDevice{Counting: blockdev.NewCounting(fsDev), path: a.Source}
 	vo := opts.VolumeOptions()
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync

@@ -135,6 +135,8 @@ func TestHostileRequests(t *testing.T) {
 		{`{"version":1,"op":"rm -rf /"}`, nil, "unknown operation"},
 		{`{"version":1,"op":"serve","serve":{"options":"evil=1","source":"x","mountpoint":"/x"}}`, []int{fd, fd}, "unknown mount option"},
 		{`{"version":1,"op":"sync"}`, nil, "no volume is served"},
+		{`{"version":1,"op":"grow"}`, nil, "no volume is served"},
+		{`{"version":1,"op":"grow"}`, []int{fd}, "takes 0 descriptors"},
 		{strings.Repeat("[", protocol.MaxMessage+10), nil, "longer than"},
 	} {
 		if got := raw(tt.data, tt.fds...); !strings.Contains(got, tt.want) {

@@ -46,10 +46,25 @@ const (
 	// OpWatch is never answered: the connection stays open while the mounter lives, so its end
 	// tells the plugin that the mounter is gone.
 	OpWatch = "watch"
+	// OpHold writes the volume back and holds every operation on it, so that the plugin can copy
+	// the device as it is (a snapshot, a clone); it is answered once the hold is in place. The
+	// hold belongs to the connection: it ends at the OpRelease that follows on it, when the
+	// connection ends (the plugin is gone), or when HoldArgs.Limit passes, whichever comes first.
+	// A hold that ended before OpRelease closes the connection, so the copy is known to be void.
+	OpHold = "hold"
+	// OpRelease ends the hold of its connection and answers how long it lasted.
+	OpRelease = "release"
+	// OpGrow grows the served file system to its device's size now (the plugin grew the image),
+	// while in use; the answer's Grow says the new size. A mounter older than this operation
+	// answers it as unknown (CodeInvalid), so the version stays.
+	OpGrow = "grow"
 )
 
+// MaxHold bounds HoldArgs.Limit: applications wait while a volume is held.
+const MaxHold = time.Hour
+
 // FDCount is how many descriptors each operation carries.
-var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0}
+var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0, OpHold: 0, OpRelease: 0, OpGrow: 0}
 
 // Request is what the plugin asks.
 type Request struct {
@@ -59,6 +74,7 @@ type Request struct {
 	Volume string     `json:"volume,omitempty"`
 	Check  *CheckArgs `json:"check,omitempty"`
 	Serve  *ServeArgs `json:"serve,omitempty"`
+	Hold   *HoldArgs  `json:"hold,omitempty"`
 	// Files asks OpStatus for the file counts too (a walk of the directories).
 	Files bool `json:"files,omitempty"`
 }
@@ -87,6 +103,18 @@ type ServeArgs struct {
 	Checked bool `json:"checked,omitempty"`
 }
 
+// HoldArgs say how long a hold may last at most.
+type HoldArgs struct {
+	// Limit ends the hold if no OpRelease came by then (0 < Limit <= MaxHold).
+	Limit time.Duration `json:"limit"`
+}
+
+// HoldResult is OpRelease's answer.
+type HoldResult struct {
+	// Held is how long operations were held.
+	Held time.Duration `json:"held"`
+}
+
 // Response is the mounter's answer.
 type Response struct {
 	Version int    `json:"version"`
@@ -96,13 +124,25 @@ type Response struct {
 	Code   string       `json:"code,omitempty"`
 	Check  *CheckResult `json:"check,omitempty"`
 	Status *Status      `json:"status,omitempty"`
+	Hold   *HoldResult  `json:"hold,omitempty"`
+	Grow   *GrowResult  `json:"grow,omitempty"`
 }
 
 // Error codes.
 const (
 	CodeInvalid = "invalid"
 	CodeNotFAT  = "not-fat"
+	// CodeGrowLimit: the size is past what the file system can grow to (fatvol.ErrGrowLimit).
+	CodeGrowLimit = "grow-limit"
+	// CodeReadOnly: the volume is served read-only and cannot grow.
+	CodeReadOnly = "read-only"
 )
+
+// GrowResult is the file system's size after OpGrow, and whether it grew.
+type GrowResult struct {
+	Bytes int64 `json:"bytes"`
+	Grew  bool  `json:"grew,omitempty"`
+}
 
 // CheckResult is what a check found.
 type CheckResult struct {
@@ -115,6 +155,9 @@ type CheckResult struct {
 	Unrepairable bool     `json:"unrepairable,omitempty"`
 	// Total counts the problems left when Left was cut short.
 	Total int `json:"total,omitempty"`
+	// Label is the volume label as the engine reads it (the root directory's, else the boot
+	// sector's), when the check walked a clean volume.
+	Label string `json:"label,omitempty"`
 }
 
 // Status is a served volume's state.
@@ -298,6 +341,13 @@ func CheckRequest(r *Request, nfds int) error {
 	case OpServe:
 		if r.Serve == nil {
 			return protoErr("operation serve without its arguments")
+		}
+	case OpHold:
+		if r.Hold == nil {
+			return protoErr("operation hold without its arguments")
+		}
+		if r.Hold.Limit <= 0 || r.Hold.Limit > MaxHold {
+			return protoErr("hold limit %v is not in (0, %v]", r.Hold.Limit, MaxHold)
 		}
 	}
 	return nil
