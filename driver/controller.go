@@ -73,8 +73,9 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if limit != 0 && limit < required {
 		return nil, invalid("capacity limit %d is below the required %d bytes", limit, required)
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, invalid("volumes from snapshots or other volumes are not supported")
+	source, err := contentSource(req)
+	if err != nil {
+		return nil, err
 	}
 	params, err := node.ParseParams(req.GetParameters())
 	if err != nil {
@@ -90,7 +91,12 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 				requisite, c.m.NodeID(), c.m.TopologyKey(), c.m.NodeID())
 		}
 	}
-	rec, err := c.m.CreateVolume(ctx, req.GetName(), required, limit, params)
+	var rec node.VolumeRecord
+	if source != nil {
+		rec, err = c.m.CreateVolumeFrom(ctx, req.GetName(), required, limit, params, *source)
+	} else {
+		rec, err = c.m.CreateVolume(ctx, req.GetName(), required, limit, params)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +104,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeId:           rec.ID,
 		CapacityBytes:      rec.Size,
 		VolumeContext:      rec.Params.Map(),
+		ContentSource:      sourceOf(rec),
 		AccessibleTopology: []*csi.Topology{c.topology()},
 	}}, nil
 }
@@ -170,6 +177,7 @@ func (c *controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 			VolumeId:           rec.ID,
 			CapacityBytes:      rec.Size,
 			VolumeContext:      rec.Params.Map(),
+			ContentSource:      sourceOf(rec),
 			AccessibleTopology: []*csi.Topology{c.topology()},
 		}})
 	}
@@ -215,6 +223,10 @@ func (c *controller) ControllerGetCapabilities(ctx context.Context, req *csi.Con
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}},

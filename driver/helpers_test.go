@@ -2,6 +2,8 @@ package driver
 
 import (
 	"bufio"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -133,4 +135,19 @@ func mountCap(mode csi.VolumeCapability_AccessMode_Mode, flags ...string) *csi.V
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{MountFlags: flags}},
 	}
+}
+
+// scrapeMetrics reads the driver's /metrics page.
+func scrapeMetrics(t *testing.T, td *testDriver) string {
+	t.Helper()
+	resp, err := http.Get("http://" + td.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics: %s, %v", resp.Status, err)
+	}
+	return string(body)
 }

@@ -254,10 +254,28 @@ func TestHostileRequests(t *testing.T) {
 			_, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: staged, VolumePath: pool})
 			return err
 		}, codes.NotFound},
-		{"expand: not offered", func() error {
+		{"expand: no volume path", func() error {
+			_, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: staged})
+			return err
+		}, codes.InvalidArgument},
+		{"expand: the pool as a volume path", func() error {
+			_, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: staged, VolumePath: pool})
+			return err
+		}, codes.NotFound},
+		{"expand: past the image's size", func() error {
+			_, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: staged, VolumePath: stagedAt,
+				CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 40}})
+			return err
+		}, codes.OutOfRange},
+		{"expand: a read-only staging that fills its image already", func() error {
 			_, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: staged, VolumePath: stagedAt})
 			return err
-		}, codes.Unimplemented},
+		}, codes.OK},
+		{"controller expand: a limit below the size", func() error {
+			_, err := td.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: staged,
+				CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20, LimitBytes: 2 << 20}})
+			return err
+		}, codes.OutOfRange},
 		{"controller publish: not offered", func() error {
 			_, err := td.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: staged, NodeId: testNode, VolumeCapability: rw})
 			return err

@@ -22,7 +22,8 @@ func (i *identity) GetPluginInfo(ctx context.Context, req *csi.GetPluginInfoRequ
 	return &csi.GetPluginInfoResponse{Name: i.name, VendorVersion: Version}, nil
 }
 
-// GetPluginCapabilities: a controller service, and volumes reachable on one node only.
+// GetPluginCapabilities: a controller service, volumes reachable on one node only, and online
+// volume expansion.
 func (i *identity) GetPluginCapabilities(ctx context.Context, req *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	for _, t := range []csi.PluginCapability_Service_Type{
@@ -33,6 +34,9 @@ func (i *identity) GetPluginCapabilities(ctx context.Context, req *csi.GetPlugin
 			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}},
 		})
 	}
+	caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE},
+	}})
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 

@@ -89,8 +89,8 @@ func TestBadCreateVolume(t *testing.T) {
 		{"bad mode", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, Parameters: map[string]string{"mode": "async"}}, codes.InvalidArgument},
 		{"adopt on image pool", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, Parameters: map[string]string{"adopt": "true"}}, codes.InvalidArgument},
 		{"usb pool not enabled", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, Parameters: map[string]string{"pool": "usb"}}, codes.InvalidArgument},
-		{"clone", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, VolumeContentSource: &csi.VolumeContentSource{
-			Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "image:node-a:taken"}}}}, codes.InvalidArgument},
+		{"clone of a missing volume", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, VolumeContentSource: &csi.VolumeContentSource{
+			Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "image:node-a:no-such-volume"}}}}, codes.NotFound},
 		{"another node's topology", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, AccessibilityRequirements: otherNode}, codes.ResourceExhausted},
 		{"FAT16 in 8 MiB", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, CapacityRange: &csi.CapacityRange{RequiredBytes: 8 << 20, LimitBytes: 8 << 20}, Parameters: map[string]string{"fatType": "16"}}, codes.OutOfRange},
 		{"FAT12 in 1 GiB", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csi.VolumeCapability{rw}, CapacityRange: mib(1024), Parameters: map[string]string{"fatType": "12"}}, codes.OutOfRange},

@@ -83,8 +83,16 @@ func (s slowHandshake) Clone() credentials.TransportCredentials {
 func TestSanity(t *testing.T) {
 	requireFUSE(t)
 	imageParams := map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush}
+	// Expansion: with realistic IDs within the default room (FAT16 of 2 KiB clusters: up to
+	// 128 MiB), with csi-sanity's IDs to the StorageClass's maxSize, 16 times the size.
+	growable := map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush, node.ParamMaxSize: "1Gi"}
 	for _, realistic := range []bool{true, false} {
-		cfg := sanityConfig(startDriver(t, "", nil), imageParams, realistic)
+		params, expandTo := imageParams, int64(96<<20)
+		if !realistic {
+			params, expandTo = growable, 1<<30
+		}
+		cfg := sanityConfig(startDriver(t, "", nil), params, realistic)
+		cfg.TestVolumeExpandSize = expandTo
 		Describe(fmt.Sprintf("image pool, realistic IDs %v", realistic), func() { sanity.GinkgoTest(&cfg) })
 	}
 
@@ -94,10 +102,11 @@ func TestSanity(t *testing.T) {
 		usbParams := map[string]string{node.ParamPool: node.PoolUSB, node.ParamReclaim: node.ReclaimWipe}
 		for _, realistic := range []bool{true, false} {
 			fake := usbtest.New(t)
-			for i := 0; i < 4; i++ {
+			for i := 0; i < 8; i++ {
 				fake.Add(t, sanityVolumeSize, "Fake", "Stick", fmt.Sprintf("SANITY%v%04d", realistic, i))
 			}
 			cfg := sanityConfig(startDriver(t, "", withUSB(fake)), usbParams, realistic)
+			cfg.TestVolumeExpandSize = sanityVolumeSize // a device does not grow: expanding to its size is all there is
 			Describe(fmt.Sprintf("usb pool, realistic IDs %v", realistic), func() { sanity.GinkgoTest(&cfg) })
 		}
 	}

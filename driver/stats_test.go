@@ -3,8 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,19 +189,11 @@ func TestMetrics(t *testing.T) {
 	target := stageAndPublish(t, td, id, dir)
 	writeSynced(t, filepath.Join(target, "data.bin"), strings.Repeat("x", 1<<20))
 
-	resp, err := http.Get("http://" + td.MetricsAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := scrapeMetrics(t, td)
 	metric := func(name, labels string) float64 {
 		t.Helper()
 		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name+"{"+labels+"}") + ` (\S+)$`)
-		m := re.FindStringSubmatch(string(body))
+		m := re.FindStringSubmatch(body)
 		if m == nil {
 			t.Fatalf("no %s{%s} in:\n%s", name, labels, body)
 		}

@@ -98,6 +98,9 @@ func parseEphemeral(attrs map[string]string) (int64, Params, error) {
 	if p.Pool != PoolImage {
 		return 0, Params{}, fmt.Errorf("inline ephemeral volumes are image files: %s=%q is not supported", ParamPool, p.Pool)
 	}
+	if p.MaxSize != 0 {
+		return 0, Params{}, fmt.Errorf("inline ephemeral volumes do not grow: %s is not supported", ParamMaxSize)
+	}
 	return size, p, nil
 }
 
@@ -151,7 +154,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 	want := StageRecord{
 		Path:       m.ephemeralStaging(name),
 		ReadOnly:   readOnlyMode(c),
-		MountFlags: c.GetMount().GetMountFlags(),
+		MountFlags: params.stageFlags(c.GetMount().GetMountFlags()),
 		MountGroup: c.GetMount().GetVolumeMountGroup(),
 		AccessMode: int32(c.GetAccessMode().GetMode()),
 	}
@@ -248,7 +251,9 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params Params
 	if size > avail {
 		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: image pool %s can make volumes up to %d bytes, %d asked", volumeID, m.images.dir, avail, size)
 	}
-	if err := m.images.create(name, size, params); err != nil {
+	fixed := params
+	fixed.MaxSize = size // inline volumes never grow: mkfs.fat's layout, no room in the FATs
+	if err := m.images.create(name, size, fixed); err != nil {
 		return VolumeRecord{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
 	rec := VolumeRecord{ID: volumeID, Name: name, Size: size, Params: params, Created: time.Now().UTC(), Ephemeral: true}

@@ -26,7 +26,7 @@ func TestParseEphemeral(t *testing.T) {
 	}
 	for _, bad := range []map[string]string{
 		{"size": ""}, {"size": "0"}, {"size": "-5Mi"}, {"size": "1.5Gi"}, {"size": "64MiB"}, {"size": "2Ti"},
-		{"size": "99999999999999999999"}, {"pool": "usb"}, {"sizes": "1Gi"}, {"reclaim": "wipe"},
+		{"size": "99999999999999999999"}, {"pool": "usb"}, {"sizes": "1Gi"}, {"reclaim": "wipe"}, {"maxSize": "1Gi"},
 	} {
 		if _, _, err := parseEphemeral(bad); err == nil {
 			t.Errorf("parseEphemeral(%v) takes it", bad)

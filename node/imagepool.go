@@ -106,7 +106,7 @@ func (p *imagePool) create(name string, size int64, params Params) error {
 	if err != nil {
 		return err
 	}
-	err = formatAndClose(dev, params)
+	err = formatImage(dev, size, params)
 	if err == nil {
 		err = os.Rename(tmp, p.path(name))
 	}

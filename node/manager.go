@@ -100,6 +100,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.state = st
+	if err := m.dropUnfinishedSnapshots(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -196,6 +199,8 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 		switch {
 		case existing.Ephemeral:
 			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
+		case existing.Source != "":
+			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists, made from %s", name, existing.Source)
 		case existing.Params != params:
 			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
 		case existing.Size < required || (limit != 0 && existing.Size > limit):
@@ -223,6 +228,9 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 		size, err := chooseImageSize(required, limit, params)
 		if err != nil {
 			return VolumeRecord{}, err
+		}
+		if rec.MaxSize, err = growLimit(size, params); err != nil {
+			return VolumeRecord{}, status.Errorf(codes.OutOfRange, "volume %s of %d bytes: %v", name, size, err)
 		}
 		avail, err := m.imageCapacity()
 		if err != nil {
@@ -350,10 +358,7 @@ func (m *Manager) Capacity(params Params) (int64, error) {
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		if len(free) == 0 {
-			return 0, nil
-		}
-		return free[len(free)-1].Size, nil
+		return usbCapacity(free, params), nil
 	default:
 		c, err := m.imageCapacity()
 		if err != nil {

@@ -23,6 +23,10 @@ var (
 	descStaged = prometheus.NewDesc("csi_fat_volumes",
 		"Volumes on this node, by pool, and how many of them are staged.",
 		[]string{"pool", "staged"}, nil)
+	descUSBDevices = prometheus.NewDesc("csi_fat_usb_devices",
+		"USB devices the pool may use, by state (claimed, busy, fat, blank, foreign, unreadable) and what they hold "+
+			"(superfloppy, partition; exfat, ntfs, ext4, crypto_LUKS, ..., partition_table, invalid_table, unknown; mounted, held).",
+		[]string{"state", "content"}, nil)
 )
 
 // Collector exposes the device counters of every staged volume, read at scrape time.
@@ -33,7 +37,7 @@ func NewCollector(m *Manager) *Collector { return &Collector{m: m} }
 
 // Describe sends the descriptions of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descStaged} {
+	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descStaged, descUSBDevices} {
 		ch <- d
 	}
 }
@@ -62,6 +66,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descStaged, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
+	c.collectUSB(ch)
 	for _, it := range items {
 		h := it.sv.health(false, false)
 		if it.sv.remote != nil && h.gone != "" {
@@ -75,5 +80,23 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes), it.id)
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Errors), it.id)
 		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(h.dirty), it.id)
+	}
+}
+
+// collectUSB counts the USB pool's devices by state and content.
+func (c *Collector) collectUSB(ch chan<- prometheus.Metric) {
+	if c.m.usb == nil {
+		return
+	}
+	media, err := c.m.usbMedia()
+	if err != nil {
+		return
+	}
+	counts := map[[2]string]int{}
+	for _, med := range media {
+		counts[[2]string{med.state, med.content}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descUSBDevices, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 }

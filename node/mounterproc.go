@@ -616,19 +616,19 @@ func (m *Manager) removeOrphanMounters() {
 
 // checkAdoptable checks a USB device's file system before a volume adopts it: in a mounter
 // process of its own in process mode, so that the plugin never parses a medium's structures;
-// else in this process (checkFileSystem).
-func (m *Manager) checkAdoptable(d usbDevice) error {
+// else in this process (checkFileSystem). It returns the volume's label.
+func (m *Manager) checkAdoptable(d usbDevice) (string, error) {
 	if !m.cfg.Mounter.process() {
 		return checkFileSystem(d.Path)
 	}
 	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer dev.Close()
 	p, err := m.spawnMounter(VolumeRecord{ID: "usb-adopt:" + d.ID, Name: "usb-adopt:" + d.ID})
 	if err != nil {
-		return err
+		return "", err
 	}
 	timeout := m.cfg.Mounter.CheckTimeout
 	if timeout <= 0 {
@@ -648,14 +648,14 @@ func (m *Manager) checkAdoptable(d usbDevice) error {
 	p.kill()
 	os.Remove(p.logPath)
 	if err != nil {
-		return fmt.Errorf("check %s: %w", d.Path, err)
+		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}
 	if !resp.Check.Clean {
 		left := resp.Check.Left
 		if len(left) > 3 {
 			left = append(left[:3:3], fmt.Sprintf("and %d more", max(resp.Check.Total, len(left))-3))
 		}
-		return fmt.Errorf("check %s: the file system needs repair: %s", d.Path, strings.Join(left, "; "))
+		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, strings.Join(left, "; "))
 	}
-	return nil
+	return resp.Check.Label, nil
 }

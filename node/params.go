@@ -21,6 +21,10 @@ const (
 	ParamAdopt       = "adopt"
 	ParamReclaim     = "reclaim"
 	ParamOnDamage    = "onDamage"
+	ParamCodePage    = "codepage"
+	ParamLayout      = "layout"
+	ParamWipe        = "wipe"
+	ParamMaxSize     = "maxSize"
 )
 
 // Write modes: how eagerly a staged volume writes back (fatvol.Options).
@@ -60,6 +64,11 @@ type Params struct {
 	Adopt       bool   `json:"adopt,omitempty"`
 	Reclaim     string `json:"reclaim,omitempty"`  // USB only
 	OnDamage    string `json:"onDamage,omitempty"` // "" = OnDamageRepair
+	CodePage    int    `json:"codepage,omitempty"` // short names' OEM code page; 0 = 437
+	Layout      string `json:"layout,omitempty"`   // USB only: "mbr", or "" for a superfloppy
+	Wipe        bool   `json:"wipe,omitempty"`     // USB only: format a stick that holds something else than FAT
+	selection          // USB only: which sticks may be claimed
+	MaxSize     int64  `json:"maxSize,omitempty"` // bytes the volume may grow to; 0 = the default room (expand.go)
 }
 
 // ParseParams checks StorageClass parameters. Unknown keys are an error, so a typo does not
@@ -121,6 +130,16 @@ func ParseParams(in map[string]string) (Params, error) {
 			default:
 				err = fmt.Errorf("want %s, %s or %s", OnDamageRepair, OnDamageReadOnly, OnDamageFail)
 			}
+		case ParamCodePage:
+			p.CodePage, err = parseCodePage(val)
+		case ParamLayout:
+			p.Layout, err = parseLayout(val)
+		case ParamWipe:
+			p.Wipe, err = strconv.ParseBool(val)
+		case ParamVendor, ParamModel, ParamSerial, ParamFSLabel:
+			err = p.selection.set(key, val)
+		case ParamMaxSize:
+			p.MaxSize, err = parseSize(val)
 		default:
 			if !strings.HasPrefix(key, reservedParamPrefix) {
 				unknown = append(unknown, key)
@@ -134,8 +153,18 @@ func ParseParams(in map[string]string) (Params, error) {
 		sort.Strings(unknown)
 		return Params{}, fmt.Errorf("unknown parameter(s): %s", strings.Join(unknown, ", "))
 	}
-	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "") {
-		return Params{}, fmt.Errorf("parameters %s and %s apply to the %s pool only", ParamAdopt, ParamReclaim, PoolUSB)
+	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "" || p.Layout != "" || p.Wipe || p.selection != (selection{})) {
+		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
+			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamFSLabel, PoolUSB)
+	}
+	if p.FSLabel != "" && !p.Adopt {
+		return Params{}, fmt.Errorf("parameter %s selects a stick by the label of the file system on it, kept only with %s=true", ParamFSLabel, ParamAdopt)
+	}
+	if p.Adopt && (p.Layout != "" || p.Wipe) {
+		return Params{}, fmt.Errorf("parameters %s and %s are about a new file system and cannot go with %s=true", ParamLayout, ParamWipe, ParamAdopt)
+	}
+	if p.Pool == PoolUSB && p.MaxSize != 0 {
+		return Params{}, fmt.Errorf("parameter %s applies to the %s pool only: a device cannot grow", ParamMaxSize, PoolImage)
 	}
 	if p.Pool == PoolUSB && p.Reclaim == "" {
 		p.Reclaim = ReclaimKeep
@@ -193,6 +222,19 @@ func (p Params) Map() map[string]string {
 	}
 	if p.OnDamage != "" {
 		m[ParamOnDamage] = p.OnDamage
+	}
+	if p.CodePage != 0 {
+		m[ParamCodePage] = strconv.Itoa(p.CodePage)
+	}
+	if p.Layout != "" {
+		m[ParamLayout] = p.Layout
+	}
+	if p.Wipe {
+		m[ParamWipe] = "true"
+	}
+	p.selection.addTo(m)
+	if p.MaxSize != 0 {
+		m[ParamMaxSize] = strconv.FormatInt(p.MaxSize, 10)
 	}
 	return m
 }

@@ -55,6 +55,26 @@ func TestParseParams(t *testing.T) {
 		{in: map[string]string{"onDamage": "readonly"}, want: Params{Pool: PoolImage, Mode: ModeDefault, OnDamage: OnDamageReadOnly}},
 		{in: map[string]string{"onDamage": "fail", "pool": "usb", "adopt": "true"},
 			want: Params{Pool: PoolUSB, Mode: ModeDefault, Adopt: true, Reclaim: ReclaimKeep, OnDamage: OnDamageFail}},
+		{in: map[string]string{"codepage": "850"}, want: Params{Pool: PoolImage, Mode: ModeDefault, CodePage: 850}},
+		{in: map[string]string{"codepage": "437"}, want: Params{Pool: PoolImage, Mode: ModeDefault}},
+		{in: map[string]string{"codepage": "932"}, bad: true},
+		{in: map[string]string{"pool": "usb", "layout": "mbr"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Layout: LayoutMBR}},
+		{in: map[string]string{"pool": "usb", "layout": "superfloppy"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep}},
+		{in: map[string]string{"pool": "usb", "layout": "gpt"}, bad: true},
+		{in: map[string]string{"pool": "usb", "wipe": "true"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Wipe: true}},
+		{in: map[string]string{"wipe": "true"}, bad: true},
+		{in: map[string]string{"pool": "usb", "vendor": "Fake*", "serial": "CAM0?"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, selection: selection{Vendor: "Fake*", Serial: "CAM0?"}}},
+		{in: map[string]string{"pool": "usb", "adopt": "true", "fsLabel": "CAM01"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{FSLabel: "CAM01"}}},
+		{in: map[string]string{"pool": "usb", "fsLabel": "CAM01"}, bad: true},
+		{in: map[string]string{"vendor": "Fake"}, bad: true},
+		{in: map[string]string{"pool": "usb", "model": "[x"}, bad: true},
+		{in: map[string]string{"pool": "usb", "serial": ""}, bad: true},
+		{in: map[string]string{"pool": "usb", "adopt": "true", "wipe": "true"}, bad: true},
+		{in: map[string]string{"layout": "mbr"}, bad: true},
+		{in: map[string]string{"pool": "usb", "adopt": "true", "layout": "mbr"}, bad: true},
+		{in: map[string]string{"codepage": "utf8"}, bad: true},
 		{in: map[string]string{"onDamage": "ro"}, bad: true},
 		{in: map[string]string{"onDamage": ""}, bad: true},
 	}
@@ -95,6 +115,17 @@ func TestMountOptions(t *testing.T) {
 	}
 	if _, err := mountOptions(nil, "wheel", false); err == nil {
 		t.Errorf("a non-numeric mount group was accepted")
+	}
+	// The codepage parameter is a mount option the request's own flags may override.
+	p := Params{CodePage: 850}
+	if o, err := mountOptions(p.stageFlags([]string{"noatime"}), "", false); err != nil || o.CodePage.Number() != 850 {
+		t.Errorf("codepage parameter 850: %v, %v", o.CodePage.Number(), err)
+	}
+	if o, err := mountOptions(p.stageFlags([]string{"codepage=852"}), "", false); err != nil || o.CodePage.Number() != 852 {
+		t.Errorf("codepage parameter 850 and mount option codepage=852: %v, %v", o.CodePage.Number(), err)
+	}
+	if f := (Params{}).stageFlags([]string{"noatime"}); len(f) != 1 {
+		t.Errorf("no codepage parameter: flags %v", f)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
@@ -107,7 +108,14 @@ func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode 
 	if err != nil {
 		return nil, err
 	}
-	dev := newMeteredDevice(file, devicePath)
+	// The file system of a superfloppy is the whole device; a partitioned stick's is its first
+	// FAT partition, served through a window that bounds every write.
+	fsDev, _, err := layout.Open(file, "")
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("volume %s on %s: %w", id, devicePath, err)
+	}
+	dev := newMeteredDevice(fsDev, devicePath)
 	vo := volumeOptions(opts, mode)
 	// NodeStageVolume checked the volume (and repaired it, or serves it read-only) just before:
 	// a clean unmount may mark it clean.

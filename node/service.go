@@ -72,7 +72,7 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	want := StageRecord{
 		Path:       filepath.Clean(req.GetStagingTargetPath()),
 		ReadOnly:   readOnlyMode(req.GetVolumeCapability()),
-		MountFlags: mnt.GetMountFlags(),
+		MountFlags: rec.Params.stageFlags(mnt.GetMountFlags()),
 		MountGroup: mnt.GetVolumeMountGroup(),
 		AccessMode: int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
 	}
@@ -153,6 +153,9 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 		}
 		sv.damage = damage
+	}
+	if !opts.ReadOnly {
+		m.growToImage(rec, st, sv)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -470,6 +473,7 @@ func (s *Service) NodeGetCapabilities(ctx context.Context, req *csi.NodeGetCapab
 		volumeConditionCapability,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		caps = append(caps, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}},

@@ -23,9 +23,14 @@ type VolumeRecord struct {
 	// Device is a USB volume's device, by its stable identity (see usbDevice.ID), never a
 	// /dev/sdX name, so that it is found again after re-plugging.
 	Device string `json:"device,omitempty"`
+	// MaxSize is the size the volume's file system can grow to in place (its FATs' room); 0 for
+	// USB volumes and images made before growth existed, which do not grow.
+	MaxSize int64 `json:"maxSize,omitempty"`
 	// Ephemeral marks a CSI ephemeral inline volume: made by NodePublishVolume for one pod and
 	// removed by its NodeUnpublishVolume; its ID is the CO's, not of this driver's form.
 	Ephemeral bool `json:"ephemeral,omitempty"`
+	// Source is the snapshot or volume the volume was made from (its ID), "" for a fresh one.
+	Source string `json:"source,omitempty"`
 }
 
 // StageRecord is a volume served through FUSE at its staging path.
@@ -37,6 +42,8 @@ type StageRecord struct {
 	AccessMode int32    `json:"accessMode"`
 	// Mounter is the process serving the volume, when not the plugin's own.
 	Mounter *MounterRecord `json:"mounter,omitempty"`
+	// Size is the file system's size in bytes once NodeExpandVolume grew it.
+	Size int64 `json:"size,omitempty"`
 }
 
 // PublishRecord is a bind mount of a staged volume at a target path.
@@ -51,6 +58,9 @@ type State struct {
 	Volumes   map[string]*VolumeRecord  `json:"volumes"`   // by name
 	Staged    map[string]*StageRecord   `json:"staged"`    // by volume name
 	Published map[string]*PublishRecord `json:"published"` // by target path
+
+	// Snapshots are the snapshots in the image pool, by name.
+	Snapshots map[string]*SnapshotRecord `json:"snapshots,omitempty"`
 }
 
 func newState() *State {
@@ -59,6 +69,8 @@ func newState() *State {
 		Volumes:   map[string]*VolumeRecord{},
 		Staged:    map[string]*StageRecord{},
 		Published: map[string]*PublishRecord{},
+
+		Snapshots: map[string]*SnapshotRecord{},
 	}
 }
 
@@ -97,6 +109,9 @@ func loadState(path string) (*State, error) {
 	}
 	if s.Published == nil {
 		s.Published = map[string]*PublishRecord{}
+	}
+	if s.Snapshots == nil {
+		s.Snapshots = map[string]*SnapshotRecord{}
 	}
 	return s, nil
 }

@@ -16,7 +16,7 @@ import (
 // system's places; tests point them at a tree of their own whose devices are loop devices.
 type USBConfig struct {
 	SysfsRoot  string // "/sys": block devices are <SysfsRoot>/block/<name>
-	DeviceGlob string // "sd*": which names under <SysfsRoot>/block are candidates
+	DeviceGlob string // "sd*,mmcblk*": which names under <SysfsRoot>/block are candidates (comma-separated globs)
 	DevDir     string // "/dev": where <name>'s device node is
 	ByIDDir    string // "/dev/disk/by-id": stable names of devices
 	MountInfo  string // "/proc/self/mountinfo": devices mounted by the host are never claimed
@@ -33,7 +33,7 @@ type USBConfig struct {
 func DefaultUSBConfig() USBConfig {
 	return USBConfig{
 		SysfsRoot:  "/sys",
-		DeviceGlob: "sd*",
+		DeviceGlob: "sd*,mmcblk*",
 		DevDir:     "/dev",
 		ByIDDir:    "/dev/disk/by-id",
 		MountInfo:  "/proc/self/mountinfo",
@@ -61,9 +61,13 @@ type usbDevice struct {
 // identified stably (no serial and no by-id name) are left out: a volume must find its device
 // again after a re-plug.
 func (c *USBConfig) scanUSB(filtered bool) ([]usbDevice, error) {
-	names, err := filepath.Glob(filepath.Join(c.SysfsRoot, "block", c.DeviceGlob))
-	if err != nil {
-		return nil, fmt.Errorf("usb pool: device glob %q: %w", c.DeviceGlob, err)
+	var names []string
+	for _, glob := range strings.Split(c.DeviceGlob, ",") {
+		found, err := filepath.Glob(filepath.Join(c.SysfsRoot, "block", glob))
+		if err != nil {
+			return nil, fmt.Errorf("usb pool: device glob %q: %w", glob, err)
+		}
+		names = append(names, found...)
 	}
 	byID := c.readByID()
 	mounted := c.mountedDevices()
@@ -106,7 +110,8 @@ func (c *USBConfig) probe(sys string, byID map[string][]string, mounted map[stri
 		return usbDevice{}, false
 	}
 	dev, err := filepath.EvalSymlinks(filepath.Join(sys, "device"))
-	if err != nil || !onUSBBus(dev) {
+	mmc := err == nil && onMMCBus(dev)
+	if err != nil || !(onUSBBus(dev) || mmc) {
 		return usbDevice{}, false
 	}
 	sectors, err := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
@@ -121,11 +126,14 @@ func (c *USBConfig) probe(sys string, byID map[string][]string, mounted map[stri
 		Model:  readAttr(dev, "model"),
 		Serial: usbSerial(dev),
 	}
+	if mmc {
+		d.Vendor, d.Model, d.Serial = mmcIdentity(dev)
+	}
 	if real, err := filepath.EvalSymlinks(d.Path); err == nil {
 		d.ByID = byID[real]
 	}
 	for _, id := range d.ByID {
-		if strings.HasPrefix(id, "usb-") {
+		if strings.HasPrefix(id, "usb-") || strings.HasPrefix(id, "mmc-") {
 			d.ID = id
 			break
 		}
@@ -138,6 +146,9 @@ func (c *USBConfig) probe(sys string, byID map[string][]string, mounted map[stri
 			return usbDevice{}, false
 		}
 		d.ID = "usb-" + udevSafe(d.Vendor+"_"+d.Model+"_"+d.Serial)
+		if mmc {
+			d.ID = "mmc-" + udevSafe(d.Model+"_"+d.Serial) // as udev's by-id link names a card
+		}
 	}
 	d.Busy = busyReason(sys, kernel, mounted)
 	return d, true
@@ -165,7 +176,7 @@ func usbSerial(dev string) string {
 }
 
 // busyReason says why the host is using the device: the device or one of its partitions is
-// mounted, or something (device-mapper, md) holds it.
+// mounted, or something (device-mapper, md) holds it or one of its partitions.
 func busyReason(sys, kernel string, mounted map[string]bool) string {
 	devs := []string{readAttr(sys, "dev")}
 	parts, _ := filepath.Glob(filepath.Join(sys, kernel+"*", "dev"))
@@ -179,6 +190,12 @@ func busyReason(sys, kernel string, mounted map[string]bool) string {
 	}
 	if holders, _ := os.ReadDir(filepath.Join(sys, "holders")); len(holders) > 0 {
 		return "held by " + holders[0].Name()
+	}
+	for _, p := range parts {
+		part := filepath.Dir(p)
+		if holders, _ := os.ReadDir(filepath.Join(part, "holders")); len(holders) > 0 {
+			return "partition " + filepath.Base(part) + " held by " + holders[0].Name()
+		}
 	}
 	return ""
 }
@@ -269,8 +286,10 @@ func (c *USBConfig) ValidatePatterns() error {
 			}
 		}
 	}
-	if _, err := filepath.Match(c.DeviceGlob, ""); err != nil {
-		return fmt.Errorf("usb pool: device glob %q: %w", c.DeviceGlob, err)
+	for _, glob := range strings.Split(c.DeviceGlob, ",") {
+		if _, err := filepath.Match(glob, ""); err != nil {
+			return fmt.Errorf("usb pool: device glob %q: %w", glob, err)
+		}
 	}
 	return nil
 }

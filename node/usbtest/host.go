@@ -87,6 +87,19 @@ func (f *Fake) describe(s *Stick) error {
 		filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
 		filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
 	}
+	if s.card {
+		// An SD card: the block device's "device" link leads to the card on its MMC host.
+		scsiDev = filepath.Join(f.SysfsRoot, "devices", "platform", "fe320000.mmc", "mmc_host", "mmc1", fmt.Sprintf("mmc1:%04x", s.port))
+		files = map[string]string{
+			filepath.Join(scsiDev, "name"):       s.model,
+			filepath.Join(scsiDev, "serial"):     s.Serial,
+			filepath.Join(scsiDev, "manfid"):     "0x000003",
+			filepath.Join(scsiDev, "type"):       "SD",
+			filepath.Join(s.SysDir, "removable"): "1",
+			filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
+			filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
+		}
+	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("stick %s: %w", s.Loop, err)

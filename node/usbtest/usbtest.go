@@ -27,7 +27,8 @@ type Stick struct {
 	ByIDLink string
 
 	vendor, model string
-	port          int // its port on the fake USB bus
+	port          int  // its port on the fake USB bus, or its slot on the MMC host
+	card          bool // an SD card on an MMC host rather than a USB stick
 }
 
 // Fake is a fake sysfs root and by-id directory with sticks in it.
@@ -78,6 +79,18 @@ func New(t testing.TB) *Fake {
 // USB disk with the given vendor, model and serial. The loop device is detached at cleanup.
 func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stick {
 	t.Helper()
+	return f.add(t, size, vendor, model, serial, false)
+}
+
+// AddCard is Add for an SD card in a built-in reader: a removable disk on an MMC host, with the
+// card's product name and serial (sysfs's name and serial) and a by-id name mmc-<name>_<serial>.
+func (f *Fake) AddCard(t testing.TB, size int64, name, serial string) *Stick {
+	t.Helper()
+	return f.add(t, size, "", name, serial, true)
+}
+
+func (f *Fake) add(t testing.TB, size int64, vendor, model, serial string, card bool) *Stick {
+	t.Helper()
 	f.n++
 	img := filepath.Join(f.dir, "images", fmt.Sprintf("stick%d.img", f.n))
 	file, err := os.Create(img)
@@ -99,6 +112,11 @@ func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stic
 		}
 	})
 	s := f.newStick(loop, size, vendor, model, serial)
+	if card {
+		s.card = true
+		s.ByID = fmt.Sprintf("mmc-%s_%s", model, serial)
+		s.ByIDLink = filepath.Join(f.ByIDDir, s.ByID)
+	}
 	if err := f.describe(s); err != nil {
 		t.Fatal(err)
 	}
