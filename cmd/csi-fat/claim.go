@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/csi-fat/csi-fat/fatvol"
-	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 )
 
 // warnWriter warns that a medium opened read-only has a writer, as fsck.fat warns of a
@@ -20,7 +19,7 @@ func warnWriter(out io.Writer, cmd, path, writer, what string) {
 
 // volumeWriter is the writer a volume opened read-only found on its medium, or "".
 func volumeWriter(vol *fatvol.Volume) string {
-	if f, ok := vol.Device().(*blockdev.File); ok {
+	if f, ok := vol.Device().(interface{ Writer() string }); ok {
 		return f.Writer()
 	}
 	return ""

@@ -99,7 +99,7 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounter processes run as (numeric); they need no privilege")
 	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
 	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
-	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates")
+	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates: comma-separated globs (sd* for USB sticks, mmcblk* for SD/MMC cards)")
 	fs.StringVar(&f.usbCfg.DevDir, "usb-dev-dir", f.usbCfg.DevDir, "directory of the device nodes")
 	fs.StringVar(&f.usbCfg.ByIDDir, "usb-by-id-dir", f.usbCfg.ByIDDir, "directory of stable device names, which identify devices across re-plugging")
 	fs.Var(&f.allowVendor, "usb-allow-vendor", "only use devices whose vendor matches this shell pattern (repeatable)")

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
 )
 
@@ -26,6 +25,7 @@ const (
 // fsckFlags are the options of csi-fat fsck.
 type fsckFlags struct {
 	noChange, auto, verbose *bool
+	partition               *string
 }
 
 func newFsckFlagSet(out io.Writer) (*flag.FlagSet, fsckFlags) {
@@ -35,9 +35,11 @@ func newFsckFlagSet(out io.Writer) (*flag.FlagSet, fsckFlags) {
 		noChange: fs.Bool("n", false, "no changes: check only (also what happens without -a)"),
 		auto:     fs.Bool("a", false, "automatically repair what is safe to repair, like fsck.fat -a"),
 		verbose:  fs.Bool("v", false, "verbose: also print the volume's type, cluster counts and the number of files and directories"),
+		partition: fs.String("partition", "", "check partition `N` of a partitioned PATH (its number, or a GPT partition's unique GUID)\n"+
+			"(default: its first FAT partition)"),
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(out, "usage: csi-fat fsck [-n | -a] [-v] PATH\n\n"+
+		fmt.Fprintf(out, "usage: csi-fat fsck [-n | -a] [-v] [--partition N] PATH\n\n"+
 			"Check the FAT12/16/32 file system on PATH (an image file or a block device) by the rules of\n"+
 			"dosfstools' fsck.fat 4.2. Each problem is printed with the path it concerns; problems that fsck.fat\n"+
 			"would only mention are marked \"warning:\". A summary line follows: \"PATH: N files, U/T clusters\".\n\n"+
@@ -53,7 +55,10 @@ func newFsckFlagSet(out io.Writer) (*flag.FlagSet, fsckFlags) {
 			"may change while it is read.\n\n"+
 			"exit status: 0 clean (warnings allowed); 1 errors found (-n), or found and all repaired (-a);\n"+
 			"2 could not check (bad usage, missing PATH, I/O error, not a FAT file system, -a on a PATH another\n"+
-			"writer holds); 4 (-a) errors left that are not safe to repair, nothing written.\n\noptions:\n")
+			"writer holds); 4 (-a) errors left that are not safe to repair, nothing written.\n\n"+
+			"A partitioned PATH (an MBR or GPT partition table, as on SD cards and most sticks) is checked in its\n"+
+			"first FAT partition, or the one --partition names; nothing outside it is read or written. A FAT file\n"+
+			"system on the whole medium (a superfloppy) is checked whole.\n\noptions:\n")
 		fs.PrintDefaults()
 	}
 	return fs, f
@@ -80,13 +85,15 @@ func fsckMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "csi-fat fsck: no -a: checking only")
 	}
 	path := fs.Arg(0)
-	dev, err := blockdev.Open(path, !*f.auto)
+	dev, err := openMedium(path, claimFor(!*f.auto), *f.partition, stderr, "fsck")
 	if err != nil {
 		fmt.Fprintf(stderr, "csi-fat fsck: %v\n", err)
 		return fsckFailed
 	}
 	defer dev.Close()
-	warnWriter(stderr, "fsck", path, dev.Writer(), "checking it")
+	if w, ok := dev.(interface{ Writer() string }); ok {
+		warnWriter(stderr, "fsck", path, w.Writer(), "checking it")
+	}
 	if !*f.auto {
 		rep, err := fsck.Check(dev)
 		if err != nil {

@@ -174,7 +174,7 @@ func TestFsckCommandHelp(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("--help exit %d", r.code)
 	}
-	for _, want := range []string{"usage: csi-fat fsck [-n | -a] [-v] PATH", "-n", "-a", "-v", "exit status", "4 (-a)", "FSCKnnnn.REC"} {
+	for _, want := range []string{"usage: csi-fat fsck [-n | -a] [-v] [--partition N] PATH", "first FAT partition", "-n", "-a", "-v", "exit status", "4 (-a)", "FSCKnnnn.REC"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("--help lacks %q:\n%s", want, r.stderr)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
@@ -21,7 +22,8 @@ func init() {
 // mkfsFlags are the command's options, parsed by one FlagSet.
 type mkfsFlags struct {
 	fatType, sectorsPerCluster, sectorSize, numFATs, rootEntries int
-	label, volumeID, size                                        string
+	label, volumeID, size, maxSize                               string
+	layout                                                       string
 }
 
 func newMkfsFlagSet(out io.Writer) (*flag.FlagSet, *mkfsFlags) {
@@ -36,9 +38,14 @@ func newMkfsFlagSet(out io.Writer) (*flag.FlagSet, *mkfsFlags) {
 	fs.IntVar(&f.numFATs, "f", 0, "number of FATs, 1 to 4 (default: 2)")
 	fs.IntVar(&f.rootEntries, "r", 0, "FAT12/16 root directory entries, 16 to 32768 (default: 512; 112 or 224 on floppy sizes)")
 	fs.StringVar(&f.size, "size", "", "create or extend PATH as a sparse image file of SIZE bytes; suffixes K, M, G, T are powers of 1024\n(default: use the existing file or block device whole)")
+	fs.StringVar(&f.maxSize, "max-size", "", "leave room to grow the volume in place up to MAX_SIZE bytes (K, M, G, T suffixes): the FAT type\n"+
+		"and cluster size suit both sizes and the FATs cover MAX_SIZE, so the layout is no longer mkfs.fat's\n(default: none, mkfs.fat's layout)")
+	fs.StringVar(&f.layout, "layout", "superfloppy", "superfloppy: the file system over the whole of PATH, as Windows formats removable drives;\n"+
+		"mbr: an MBR partition table with one FAT partition from 1 MiB to the end, as SD cards and most sticks\n"+
+		"ship (type 0x01 FAT12, 0x04 FAT16 under 32 MiB, 0x06 FAT16, 0x0c FAT32)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: csi-fat mkfs [-F 12|16|32] [-s SECTORS_PER_CLUSTER] [-S SECTOR_SIZE] [-n LABEL] [-i VOLUME_ID_HEX]\n"+
-			"                    [-f NUMBER_OF_FATS] [-r ROOT_ENTRIES] [--size SIZE] PATH\n\n"+
+			"                    [-f NUMBER_OF_FATS] [-r ROOT_ENTRIES] [--size SIZE] [--max-size MAX_SIZE] [--layout superfloppy|mbr] PATH\n\n"+
 			"Create an empty FAT file system over the whole of PATH (an image file or a block device), with the\n"+
 			"geometry mkfs.fat 4.2 chooses for the same size and options. Options go before PATH. PATH is claimed\n"+
 			"for writing (an OFD lock on an image file, O_EXCL on a block device) and refused, with nothing\n"+
@@ -71,6 +78,13 @@ func (f *mkfsFlags) options() (mkfs.Options, error) {
 			return opts, fmt.Errorf("-i %q: volume ID must be a hexadecimal number of at most 32 bits", f.volumeID)
 		}
 		opts.VolumeID, opts.VolumeIDSet = uint32(id), true
+	}
+	if f.maxSize != "" {
+		n, err := parseSize(f.maxSize)
+		if err != nil {
+			return opts, fmt.Errorf("--max-size: %w", err)
+		}
+		opts.MaxSize = n
 	}
 	return opts, nil
 }
@@ -129,6 +143,10 @@ func mkfsMain(path string, f *mkfsFlags) error {
 	if err != nil {
 		return err
 	}
+	kind, err := layout.ParseKind(f.layout)
+	if err != nil {
+		return fmt.Errorf("--layout: %w", err)
+	}
 	var dev *blockdev.File
 	if f.size != "" {
 		size, err := parseSize(f.size)
@@ -136,7 +154,7 @@ func mkfsMain(path string, f *mkfsFlags) error {
 			return err
 		}
 		// Plan first, so a size mkfs refuses leaves no image behind.
-		if _, err := mkfs.Plan(size, opts); err != nil {
+		if err := layout.Plan(size, blockdev.ImageLogicalBlockSize, kind, opts); err != nil {
 			return err
 		}
 		dev, err = blockdev.CreateImage(path, size)
@@ -149,7 +167,7 @@ func mkfsMain(path string, f *mkfsFlags) error {
 			return err
 		}
 	}
-	g, err := mkfs.Format(dev, opts)
+	g, part, err := layout.Format(dev, kind, opts)
 	if cerr := dev.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -158,6 +176,13 @@ func mkfsMain(path string, f *mkfsFlags) error {
 	}
 	bytes := g.TotalSectors * int64(g.SectorSize)
 	fmt.Printf("%s: %s, %s (%d bytes), %d clusters of %d bytes\n", path, g.Type, humanSize(bytes), bytes, g.Clusters, g.ClusterSize)
+	if kind == layout.MBR {
+		fmt.Printf("%s: MBR partition table, %s\n", path, part)
+	}
+	if opts.MaxSize > bytes {
+		grow := g.MaxGrowSectors() * int64(g.SectorSize)
+		fmt.Printf("%s: can grow in place to %s (%d bytes)\n", path, humanSize(grow), grow)
+	}
 	return nil
 }
 

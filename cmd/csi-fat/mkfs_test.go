@@ -69,7 +69,7 @@ func TestMkfsCommand(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("--help exits %d", r.code)
 		}
-		for _, want := range []string{"-F", "-s", "-S", "-n", "-i", "-f", "-r", "-size", "PATH", "before PATH", "K, M, G, T"} {
+		for _, want := range []string{"-F", "-s", "-S", "-n", "-i", "-f", "-r", "-size", "-max-size", "PATH", "before PATH", "K, M, G, T"} {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("--help does not mention %q:\n%s", want, r.stderr)
 			}
@@ -142,6 +142,34 @@ func TestMkfsCommand(t *testing.T) {
 					t.Errorf("fsck.fat -n: %v\n%s", err, out)
 				}
 			})
+		}
+	})
+
+	t.Run("room to grow with --max-size", func(t *testing.T) {
+		if errFsck != nil {
+			testenv.Missing(t, "fsck.fat: %v", errFsck)
+		}
+		img := filepath.Join(t.TempDir(), "grow.img")
+		r := runMkfsBinary(t, bin, "--size", "64M", "--max-size", "1G", img)
+		if r.code != 0 || !strings.Contains(r.stdout, "can grow in place to 1.0 GiB") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		bs, _ := mkfsBootSector(t, img)
+		g, err := bs.Geometry(64 << 20)
+		if err != nil || g.Type != ondisk.FAT32 || g.MaxGrowSectors()*int64(g.SectorSize) < 1<<30 {
+			t.Fatalf("%s with room to %d bytes (%v), want FAT32 that grows to 1 GiB", g.Type, g.MaxGrowSectors()*int64(g.SectorSize), err)
+		}
+		if out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput(); err != nil {
+			t.Fatalf("fsck.fat -n: %v\n%s", err, out)
+		}
+		// No layout of 16 MiB grows to 1 GiB: refused, nothing made.
+		small := filepath.Join(t.TempDir(), "small.img")
+		r = runMkfsBinary(t, bin, "--size", "16M", "--max-size", "1G", small)
+		if r.code == 0 || !strings.Contains(r.stderr, "cannot grow") && !strings.Contains(r.stderr, "can grow to") {
+			t.Fatalf("16 MiB growing to 1 GiB: exit %d, stderr %q", r.code, r.stderr)
+		}
+		if _, err := os.Stat(small); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a refused format left %s: %v", small, err)
 		}
 	})
 

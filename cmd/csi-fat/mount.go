@@ -40,9 +40,17 @@ func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
 			"SIGINT or SIGTERM. Then everything is written back, the volume is marked clean, and the\n"+
 			"exit status is 0. A volume that was not cleanly unmounted before is served with a warning\n"+
 			"and stays marked dirty for fsck, unless -o check or -o repair found it whole at the mount.\n"+
-			"-o may also follow the operands.\n\noptions:\n")
+			"-o may also follow the operands.\n\n"+
+			"A partitioned IMAGE or DEVICE (an MBR or GPT partition table, as on SD cards and most sticks)\n"+
+			"serves its first FAT partition (MBR types 0x01, 0x04, 0x06, 0x0b, 0x0c, 0x0e and their hidden\n"+
+			"variants, GPT basic data and EFI system partitions holding a FAT boot sector), or the one\n"+
+			"-o partition=N names (its number, as in sdb1, or a GPT partition's unique GUID), never reading\n"+
+			"or writing outside it. A FAT file system on the whole medium (a superfloppy) is served whole.\n"+
+			"\noptions:\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(out, "\nmount options (-o):\n%s", fatfuse.OptionsHelp)
+		fmt.Fprintf(out, "  partition=N|GUID  serve partition N (or the GPT partition with this unique GUID) of a\n"+
+			"                    partitioned IMAGE or DEVICE; default: its first FAT partition\n")
 	}
 	return fs, &opts
 }
@@ -77,16 +85,21 @@ func runMount(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	opts, err := fatfuse.ParseOptions(optList.String())
+	optString, partition, err := partitionOption(optList.String())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 2
 	}
-	return serveMount(operands[0], operands[1], opts)
+	opts, err := fatfuse.ParseOptions(optString)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
+		return 2
+	}
+	return serveMount(operands[0], operands[1], partition, opts)
 }
 
 // serveMount opens, mounts and serves until the mount is gone, then closes the volume.
-func serveMount(image, mountpoint string, opts fatfuse.Options) int {
+func serveMount(image, mountpoint, partition string, opts fatfuse.Options) int {
 	// Catch the signals before the mount exists: from then on SIGTERM must unmount, not kill.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -98,7 +111,7 @@ func serveMount(image, mountpoint string, opts fatfuse.Options) int {
 	}
 	vopts := opts.VolumeOptions()
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vol, err := openForMount(image, opts, vopts, os.Stderr)
+	vol, err := openForMount(image, partition, opts, vopts, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 1

@@ -301,7 +301,7 @@ func TestMountCommandUsage(t *testing.T) {
 	}
 	for _, opt := range []string{"ro", "rw", "uid=", "gid=", "umask=", "dmask=", "fmask=", "allow_utime=",
 		"shortname=", "flush", "sync", "quiet", "errors=", "allow_other", "nosuid", "nodev", "noexec",
-		"noatime", "relatime", "tz=UTC", "time_offset=", "-o"} {
+		"noatime", "relatime", "tz=UTC", "time_offset=", "-o", "partition=N|GUID", "first FAT partition"} {
 		if !bytes.Contains(out, []byte(opt)) {
 			t.Errorf("--help does not mention %s:\n%s", opt, out)
 		}
@@ -314,6 +314,7 @@ func TestMountCommandUsage(t *testing.T) {
 		{[]string{"mount", "img", "dir", "-o", "errors=panic"}, "panic"},
 		{[]string{"mount", "img"}, "MOUNTPOINT"},
 		{[]string{"mount", "--bogus", "img", "dir"}, "bogus"},
+		{[]string{"mount", "-o", "partition=", "img", "dir"}, "partition="},
 	} {
 		cmd := exec.Command(bin, tt.args...)
 		out, err := cmd.CombinedOutput()

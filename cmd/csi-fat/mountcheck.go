@@ -8,7 +8,6 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatvol"
-	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
 )
 
@@ -21,15 +20,20 @@ const maxMountProblems = 5
 // openForMount opens the volume to be served: checked or repaired first when the options ask
 // (then a clean unmount may clear the dirty bit), and with vfat's warning when it was not
 // cleanly unmounted, whose dirty bit then stays for fsck to see.
-func openForMount(image string, opts fatfuse.Options, vopts fatvol.Options, stderr io.Writer) (*fatvol.Volume, error) {
+func openForMount(image, partition string, opts fatfuse.Options, vopts fatvol.Options, stderr io.Writer) (*fatvol.Volume, error) {
 	if opts.Check || opts.Repair {
-		if err := checkForMount(image, opts.Repair, stderr); err != nil {
+		if err := checkForMount(image, partition, opts.Repair, stderr); err != nil {
 			return nil, err
 		}
 		vopts.Checked = true
 	}
-	vol, err := fatvol.OpenImage(image, vopts)
+	dev, err := openMedium(image, claimFor(vopts.ReadOnly), partition, stderr, "mount")
 	if err != nil {
+		return nil, err
+	}
+	vol, err := fatvol.Open(dev, vopts)
+	if err != nil {
+		dev.Close()
 		return nil, err
 	}
 	switch {
@@ -44,8 +48,8 @@ func openForMount(image string, opts fatfuse.Options, vopts fatvol.Options, stde
 
 // checkForMount checks the file system on image (-o check) or repairs what is safe (-o repair),
 // and fails unless nothing is left but the dirty bit.
-func checkForMount(image string, repair bool, stderr io.Writer) error {
-	dev, err := blockdev.Open(image, !repair)
+func checkForMount(image, partition string, repair bool, stderr io.Writer) error {
+	dev, err := openMedium(image, claimFor(!repair), partition, io.Discard, "mount")
 	if err != nil {
 		return err
 	}
