@@ -17,8 +17,13 @@ provisioner: {{ $root.Values.driverName }}
 # A volume lives on one node: the scheduler picks the node (heeding each node's capacity) and the
 # provisioner of that node makes the volume there.
 volumeBindingMode: WaitForFirstConsumer
-# The driver has no volume expansion.
+{{- if eq $pool "image" }}
+# A claim may grow (online) when the csi-resizer runs.
+allowVolumeExpansion: {{ and $root.Values.resizer.enabled $class.allowVolumeExpansion }}
+{{- else }}
+# A USB volume is the whole stick: it cannot grow.
 allowVolumeExpansion: false
+{{- end }}
 reclaimPolicy: {{ $class.reclaimPolicy }}
 {{- with $class.mountOptions }}
 mountOptions:
