@@ -15,7 +15,7 @@ func TestLintStrict(t *testing.T) {
 		},
 		"all optional parts": {
 			"--set", "usb.enabled=true", "--set", "metrics.service.enabled=true",
-			"--set", "storageClasses.image.isDefault=true",
+			"--set", "storageClasses.image.isDefault=true", "--set", "volumeSnapshotClass.create=true",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -32,23 +33,36 @@ func expand(group, resource string, verbs ...string) []string {
 	return out
 }
 
-// TestRBAC checks the provisioner's permissions against what csi-provisioner v6 in node
-// deployment with capacity tracking uses, and no more.
+// TestRBAC checks each sidecar's permissions against what it uses (csi-provisioner v6 in node
+// deployment with capacity tracking and restores from snapshots, csi-resizer v2 without pod
+// watching, csi-snapshotter v8 in node deployment without group snapshots), and no more.
 func TestRBAC(t *testing.T) {
 	r := render(t)
+	sa := r.nodePlugin(t).ServiceAccountName
 
-	var cr role
-	r.get(t, "ClusterRole", &cr)
-	wantCluster := slices.Concat(
-		expand("", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
-		expand("", "persistentvolumeclaims", "get", "list", "watch", "update"),
-		expand("storage.k8s.io", "storageclasses", "get", "list", "watch"),
-		expand("", "events", "list", "watch", "create", "update", "patch"),
-	)
-	slices.Sort(wantCluster)
-	if got := ruleSet(cr.Rules); !slices.Equal(got, wantCluster) {
-		t.Errorf("ClusterRole grants\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(wantCluster, "\n  "))
+	wantCluster := map[string][]string{
+		"csi-fat-provisioner": slices.Concat(
+			expand("", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+			expand("", "persistentvolumeclaims", "get", "list", "watch", "update"),
+			expand("storage.k8s.io", "storageclasses", "get", "list", "watch"),
+			expand("", "events", "list", "watch", "create", "update", "patch"),
+			expand("snapshot.storage.k8s.io", "volumesnapshots", "get", "list", "watch", "update"),
+			expand("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
+		),
+		"csi-fat-resizer": slices.Concat(
+			expand("", "persistentvolumes", "list", "watch", "patch"),
+			expand("", "persistentvolumeclaims", "list", "watch"),
+			expand("", "persistentvolumeclaims/status", "patch"),
+			expand("", "events", "create", "patch"),
+		),
+		"csi-fat-snapshotter": slices.Concat(
+			expand("snapshot.storage.k8s.io", "volumesnapshotclasses", "list", "watch"),
+			expand("snapshot.storage.k8s.io", "volumesnapshotcontents", "get", "list", "watch", "patch"),
+			expand("snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "patch"),
+			expand("", "events", "create", "patch"),
+		),
 	}
+	checkClusterRoles(t, r, sa, wantCluster)
 
 	var ns role
 	roleObj := r.get(t, "Role", &ns)
@@ -63,23 +77,66 @@ func TestRBAC(t *testing.T) {
 	if got := ruleSet(ns.Rules); !slices.Equal(got, wantNS) {
 		t.Errorf("Role grants\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(wantNS, "\n  "))
 	}
+	var rb roleBinding
+	r.get(t, "RoleBinding", &rb)
+	checkBinding(t, "RoleBinding", rb, "Role", roleObj.Name, sa)
+}
 
-	sa := r.nodePlugin(t).ServiceAccountName
-	crObj := r.all("ClusterRole")[0]
-	for _, b := range []struct {
-		kind, roleKind, roleName string
-	}{
-		{"ClusterRoleBinding", "ClusterRole", crObj.Name},
-		{"RoleBinding", "Role", roleObj.Name},
-	} {
+// TestRBACWithoutSnapshotsOrResizer: a sidecar switched off takes its ClusterRole and binding
+// along, and the provisioner loses the snapshot rules it needs only for restores.
+func TestRBACWithoutSnapshotsOrResizer(t *testing.T) {
+	r := render(t, "--set", "resizer.enabled=false", "--set", "snapshotter.enabled=false")
+	checkClusterRoles(t, r, r.nodePlugin(t).ServiceAccountName, map[string][]string{
+		"csi-fat-provisioner": slices.Concat(
+			expand("", "persistentvolumes", "get", "list", "watch", "create", "patch", "delete"),
+			expand("", "persistentvolumeclaims", "get", "list", "watch", "update"),
+			expand("storage.k8s.io", "storageclasses", "get", "list", "watch"),
+			expand("", "events", "list", "watch", "create", "update", "patch"),
+		),
+	})
+}
+
+// checkClusterRoles checks that the rendered ClusterRoles are exactly those of want, each with
+// exactly its rules, and each bound by a ClusterRoleBinding of its own name to the node
+// plugin's ServiceAccount sa.
+func checkClusterRoles(t *testing.T, r rendered, sa string, want map[string][]string) {
+	t.Helper()
+	var names []string
+	for _, o := range r.all("ClusterRole") {
+		names = append(names, o.Name)
+	}
+	slices.Sort(names)
+	if wantNames := slices.Sorted(maps.Keys(want)); !slices.Equal(names, wantNames) {
+		t.Fatalf("ClusterRoles %v, want %v", names, wantNames)
+	}
+	for name, rules := range want {
+		var cr role
+		r.named(t, "ClusterRole", name, &cr)
+		rules = slices.Clone(rules)
+		slices.Sort(rules)
+		if got := ruleSet(cr.Rules); !slices.Equal(got, rules) {
+			t.Errorf("ClusterRole %s grants\n  %s\nwant\n  %s", name, strings.Join(got, "\n  "), strings.Join(rules, "\n  "))
+		}
 		var rb roleBinding
-		r.get(t, b.kind, &rb)
-		if rb.RoleRef.Kind != b.roleKind || rb.RoleRef.Name != b.roleName {
-			t.Errorf("%s refers to %s %s, want %s %s", b.kind, rb.RoleRef.Kind, rb.RoleRef.Name, b.roleKind, b.roleName)
+		if !r.named(t, "ClusterRoleBinding", name, &rb) {
+			t.Errorf("no ClusterRoleBinding %s", name)
+			continue
 		}
-		if len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa || rb.Subjects[0].Namespace != namespace {
-			t.Errorf("%s subjects %+v, want the node plugin's ServiceAccount %s/%s", b.kind, rb.Subjects, namespace, sa)
-		}
+		checkBinding(t, "ClusterRoleBinding "+name, rb, "ClusterRole", name, sa)
+	}
+	if n, m := len(r.all("ClusterRoleBinding")), len(want); n != m {
+		t.Errorf("%d ClusterRoleBindings, want %d", n, m)
+	}
+}
+
+// checkBinding checks that a binding refers to the role and grants it to the ServiceAccount sa.
+func checkBinding(t *testing.T, what string, rb roleBinding, roleKind, roleName, sa string) {
+	t.Helper()
+	if rb.RoleRef.Kind != roleKind || rb.RoleRef.Name != roleName {
+		t.Errorf("%s refers to %s %s, want %s %s", what, rb.RoleRef.Kind, rb.RoleRef.Name, roleKind, roleName)
+	}
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa || rb.Subjects[0].Namespace != namespace {
+		t.Errorf("%s subjects %+v, want the node plugin's ServiceAccount %s/%s", what, rb.Subjects, namespace, sa)
 	}
 }
 

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -117,8 +118,8 @@ func TestLocalClusterValues(t *testing.T) {
 		"--set", "usb.deviceGlob=loop*",
 	)
 	pod := r.nodePlugin(t)
-	if got := pod.containerNames(); len(got) != 2 {
-		t.Errorf("containers %v, want the driver and the provisioner only", got)
+	if got, want := pod.containerNames(), []string{"csi-fat", "csi-provisioner", "csi-resizer", "csi-snapshotter"}; !slices.Equal(got, want) {
+		t.Errorf("containers %v, want %v: the driver and its sidecars, no registrar", got, want)
 	}
 	for _, c := range pod.Containers {
 		if c.ImagePullPolicy != "Never" {
@@ -128,8 +129,14 @@ func TestLocalClusterValues(t *testing.T) {
 	if img := pod.container(t, "csi-fat").Image; img != "ghcr.io/csi-fat/csi-fat:e2e" {
 		t.Errorf("driver image %q", img)
 	}
-	if img := pod.container(t, "csi-provisioner").Image; img != "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0" {
-		t.Errorf("provisioner image %q: image.tag must not reach the sidecars", img)
+	for name, want := range map[string]string{
+		"csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+		"csi-resizer":     "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+		"csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
+	} {
+		if img := pod.container(t, name).Image; img != want {
+			t.Errorf("%s image %q, want %q: image.tag must not reach the sidecars", name, img, want)
+		}
 	}
 	if !r.named(t, "StorageClass", "csi-fat-usb", &storageClass{}) || !r.named(t, "StorageClass", "csi-fat", &storageClass{}) {
 		t.Error("want both StorageClasses")

@@ -88,6 +88,42 @@ func TestInstall(t *testing.T) {
 		}
 	})
 
+	// The sidecars the driver's claims call for run and are ready; the others are absent.
+	t.Run("Sidecars", func(t *testing.T) {
+		var pods list[pod]
+		e.getJSONT(t, &pods, "pods", "-n", releaseNS, "-l", driverPods)
+		if len(pods.Items) != 1 {
+			t.Fatalf("%d driver pods, want 1", len(pods.Items))
+		}
+		p := pods.Items[0]
+		want := map[string]bool{"csi-fat": true, "csi-provisioner": true,
+			"csi-resizer": e.claims.onlineExpansion, "csi-snapshotter": e.claims.snapshots}
+		for _, c := range p.Spec.Containers {
+			if on, known := want[c.Name]; known && !on {
+				t.Errorf("container %s runs, but the driver does not claim its feature (%s)", c.Name, e.claims)
+			}
+		}
+		for name, on := range want {
+			if !on {
+				continue
+			}
+			i := slices.IndexFunc(p.Status.ContainerStatuses, func(s containerStatus) bool { return s.Name == name })
+			if i < 0 || !p.Status.ContainerStatuses[i].Ready {
+				t.Errorf("container %s of pod %s is not ready", name, p.Metadata.Name)
+			}
+		}
+		if e.claims.snapshots {
+			var vsc struct {
+				Driver         string `json:"driver"`
+				DeletionPolicy string `json:"deletionPolicy"`
+			}
+			e.getJSONT(t, &vsc, "volumesnapshotclass", snapshotClass)
+			if vsc.Driver != driverName || vsc.DeletionPolicy != "Delete" {
+				t.Errorf("VolumeSnapshotClass %s: driver %q, deletion policy %q", snapshotClass, vsc.Driver, vsc.DeletionPolicy)
+			}
+		}
+	})
+
 	t.Run("CSIStorageCapacity", func(t *testing.T) {
 		// Volumes of earlier tests are gone (each test waits for that), so the pool is empty
 		// and the stick free: the capacity is exactly the pool less the reserve, and the stick.

@@ -32,11 +32,11 @@ const (
 	testLabel = "e2e.csi-fat.io/test"
 )
 
-// The host side: a small pool of its own (a tmpfs, so its capacity is known exactly) and one
-// fake USB stick.
+// The host side: a small pool of its own (a tmpfs, so its capacity is known exactly; room for a
+// volume grown to 1 GiB) and one fake USB stick.
 const (
 	defaultHostDir = "/var/lib/csi-fat-e2e/tests"
-	poolBytes      = 1 << 30
+	poolBytes      = 2 << 30
 	reserveBytes   = 64 << 20
 	stickBytes     = 64 << 20
 	stickVendor    = "E2E"
@@ -56,6 +56,7 @@ type environment struct {
 	stateDir string
 	usb      *usbtest.Fake
 	stick    *usbtest.Stick
+	claims   claims // what the driver claims, and so which sidecars run
 }
 
 // env is set by TestMain when the tests run; nil when they skip.
@@ -134,6 +135,10 @@ func setUp() (*environment, error) {
 	if err := e.removeLeftovers(); err != nil {
 		return nil, fmt.Errorf("before the tests: %w", err)
 	}
+	if e.claims, err = probeDriver(); err != nil {
+		return nil, err
+	}
+	fmt.Printf("e2e: the driver claims %s\n", e.claims)
 	if err := e.prepareHost(); err != nil {
 		return e, err
 	}
@@ -212,15 +217,16 @@ func (e *environment) tearDown() error {
 	return errors.Join(errs...)
 }
 
-// deleteTestObjects deletes the labelled namespaces (with their pods and claims) and classes,
-// and waits for the volumes of those claims to go.
+// deleteTestObjects deletes the labelled namespaces (with their pods, claims and snapshots) and
+// classes, and waits for the volumes of those claims and the driver's snapshots to go.
 func (e *environment) deleteTestObjects() error {
 	_, err1 := e.kubectlErr("delete", "namespace", "-l", testLabel, "--timeout=3m")
 	err2 := e.waitVolumesGone(func(p *pv) bool {
 		return p.Spec.CSI != nil && p.Spec.CSI.Driver == driverName
 	})
-	_, err3 := e.kubectlErr("delete", "storageclass", "-l", testLabel, "--timeout=1m")
-	return errors.Join(err1, err2, err3)
+	err3 := e.waitSnapshotsGone(func(c *snapshotContent) bool { return c.Spec.Driver == driverName })
+	_, err4 := e.kubectlErr("delete", "storageclass", "-l", testLabel, "--timeout=1m")
+	return errors.Join(err1, err2, err3, err4)
 }
 
 // removeLeftovers clears what an interrupted run left: the release, test objects, host side.

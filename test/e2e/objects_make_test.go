@@ -55,11 +55,23 @@ func object(apiVersion, kind, ns, name string) map[string]any {
 // its name (the namespace's, so tests do not collide).
 func (e *environment) storageClass(t *testing.T, ns, suffix string, params map[string]string) string {
 	t.Helper()
+	return e.makeStorageClass(t, ns, suffix, params, false)
+}
+
+// growableClass is storageClass with allowVolumeExpansion: claims of it may ask for more.
+func (e *environment) growableClass(t *testing.T, ns, suffix string, params map[string]string) string {
+	t.Helper()
+	return e.makeStorageClass(t, ns, suffix, params, true)
+}
+
+func (e *environment) makeStorageClass(t *testing.T, ns, suffix string, params map[string]string, growable bool) string {
+	t.Helper()
 	name := ns + "-" + suffix
 	sc := object("storage.k8s.io/v1", "StorageClass", "", name)
 	sc["provisioner"] = driverName
 	sc["volumeBindingMode"] = "WaitForFirstConsumer"
 	sc["reclaimPolicy"] = "Delete"
+	sc["allowVolumeExpansion"] = growable
 	sc["parameters"] = params
 	e.applyObjects(t, sc)
 	t.Cleanup(func() {
@@ -78,6 +90,18 @@ func claimObject(ns, name, class, size string) map[string]any {
 		"storageClassName": class,
 		"resources":        map[string]any{"requests": map[string]any{"storage": size}},
 	}
+	return c
+}
+
+// claimFrom is claimObject made from a data source: a VolumeSnapshot (restore) or a
+// PersistentVolumeClaim (clone) of the same namespace.
+func claimFrom(ns, name, class, size, sourceKind, sourceName string) map[string]any {
+	c := claimObject(ns, name, class, size)
+	source := map[string]any{"kind": sourceKind, "name": sourceName}
+	if sourceKind == "VolumeSnapshot" {
+		source["apiGroup"] = "snapshot.storage.k8s.io"
+	}
+	c["spec"].(map[string]any)["dataSource"] = source
 	return c
 }
 

@@ -23,6 +23,7 @@ type condition struct {
 
 type containerStatus struct {
 	Name  string `json:"name"`
+	Ready bool   `json:"ready"`
 	State struct {
 		Waiting *struct {
 			Reason  string `json:"reason"`
@@ -34,7 +35,10 @@ type containerStatus struct {
 type pod struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		NodeName string `json:"nodeName"`
+		NodeName   string `json:"nodeName"`
+		Containers []struct {
+			Name string `json:"name"`
+		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
 		Phase             string            `json:"phase"`
@@ -59,14 +63,45 @@ type pvc struct {
 		VolumeName string `json:"volumeName"`
 	} `json:"spec"`
 	Status struct {
-		Phase string `json:"phase"`
+		Phase    string            `json:"phase"`
+		Capacity map[string]string `json:"capacity"`
+	} `json:"status"`
+}
+
+type volumeSnapshot struct {
+	Metadata objectMeta `json:"metadata"`
+	Status   *struct {
+		BoundVolumeSnapshotContentName *string `json:"boundVolumeSnapshotContentName"`
+		ReadyToUse                     *bool   `json:"readyToUse"`
+		RestoreSize                    *string `json:"restoreSize"`
+		Error                          *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"status"`
+}
+
+type snapshotContent struct {
+	Metadata objectMeta `json:"metadata"`
+	Spec     struct {
+		Driver            string `json:"driver"`
+		DeletionPolicy    string `json:"deletionPolicy"`
+		VolumeSnapshotRef struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"volumeSnapshotRef"`
+	} `json:"spec"`
+	Status *struct {
+		SnapshotHandle *string `json:"snapshotHandle"`
+		ReadyToUse     *bool   `json:"readyToUse"`
+		RestoreSize    *int64  `json:"restoreSize"`
 	} `json:"status"`
 }
 
 type pv struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		CSI *struct {
+		Capacity map[string]string `json:"capacity"`
+		CSI      *struct {
 			Driver       string `json:"driver"`
 			VolumeHandle string `json:"volumeHandle"`
 		} `json:"csi"`

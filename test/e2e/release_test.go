@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,7 +16,11 @@ const capacityPollInterval = 5 * time.Second
 // needs it, with the tests' pool and fake USB sticks, and waits for it and for the kubelet's
 // registration of the driver.
 func (e *environment) installChart() error {
-	typed := []string{"logLevel=4", "usb.enabled=true"}
+	typed := []string{"logLevel=4", "usb.enabled=true",
+		fmt.Sprintf("resizer.enabled=%t", e.claims.onlineExpansion),
+		fmt.Sprintf("snapshotter.enabled=%t", e.claims.snapshots),
+		// up.sh installs the snapshot CRDs, so the chart's class can be made.
+		fmt.Sprintf("volumeSnapshotClass.create=%t", e.claims.snapshots)}
 	strs := []string{
 		"image.tag=e2e",
 		"image.pullPolicy=Never",
@@ -69,6 +74,31 @@ func (e *environment) waitVolumesGone(match func(*pv) bool) error {
 		}
 		if len(left) > 0 {
 			return false, fmt.Errorf("volumes left: %v", left)
+		}
+		return true, nil
+	})
+}
+
+// waitSnapshotsGone waits until no VolumeSnapshotContent matching match is left: its snapshot
+// deleted by the driver (the deletion policy the tests use is Delete). A cluster without the
+// snapshot CRDs has none.
+func (e *environment) waitSnapshotsGone(match func(*snapshotContent) bool) error {
+	return poll(3*time.Minute, func() (bool, error) {
+		var contents list[snapshotContent]
+		if err := e.getJSON(&contents, "volumesnapshotcontents"); err != nil {
+			if strings.Contains(err.Error(), "the server doesn't have a resource type") {
+				return true, nil
+			}
+			return false, err
+		}
+		var left []string
+		for i := range contents.Items {
+			if c := &contents.Items[i]; match(c) {
+				left = append(left, c.Metadata.Name)
+			}
+		}
+		if len(left) > 0 {
+			return false, fmt.Errorf("snapshot contents left: %v", left)
 		}
 		return true, nil
 	})

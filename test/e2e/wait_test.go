@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -71,9 +72,31 @@ func (e *environment) dump(t testing.TB, ns string) {
 		section("pods", "describe", "pods", "-n", ns)
 		section("claims", "describe", "pvc", "-n", ns)
 		section("events", "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
+		if e.claims.snapshots {
+			section("snapshots", "describe", "volumesnapshots", "-n", ns)
+		}
+	}
+	if e.claims.snapshots {
+		section("snapshot contents", "get", "volumesnapshotcontents", "-o", "wide")
 	}
 	section("volumes and classes", "get", "pv,storageclass,csistoragecapacities", "-A", "-o", "wide")
-	t.Log(b.String() + e.driverState() + fuseMounts())
+	host := fuseMounts()
+	if e.claims.snapshots {
+		host += snapshotControllerLog()
+	}
+	t.Log(b.String() + e.driverState() + host)
+}
+
+// snapshotControllerLog is the end of the log of the local cluster's snapshot controller, which
+// runs on the host (test/e2e/cluster/up.sh).
+func snapshotControllerLog() string {
+	const path = "/var/lib/csi-fat-e2e/logs/snapshot-controller.log"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("\n----- snapshot controller log: %v\n", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return fmt.Sprintf("\n----- snapshot controller log (%s, last 40 lines)\n%s\n", path, strings.Join(lines[max(0, len(lines)-40):], "\n"))
 }
 
 // driverState describes the driver's pods, their events and logs.
@@ -90,6 +113,12 @@ func (e *environment) driverState() string {
 	section("driver events", "get", "events", "-n", releaseNS, "--sort-by=.lastTimestamp")
 	section("driver log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-fat", "--tail=150", "--prefix")
 	section("provisioner log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-provisioner", "--tail=60", "--prefix")
+	if e.claims.onlineExpansion {
+		section("resizer log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-resizer", "--tail=60", "--prefix")
+	}
+	if e.claims.snapshots {
+		section("snapshotter log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-snapshotter", "--tail=60", "--prefix")
+	}
 	return b.String()
 }
 

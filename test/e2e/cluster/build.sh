@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds what the local e2e cluster runs into ${CSI_FAT_E2E_CACHE:-/var/cache/csi-fat-e2e}: the
 # Debian packages it needs, the six Kubernetes binaries and etcd from the pinned modules under
-# tools/, and the pause image; then the project's images through images.sh. Idempotent: with warm
-# Go caches a rerun only checks (Go skips a link whose output already has the expected build ID).
+# tools/, and the pause image; then the sidecars, helm and the images through images.sh.
+# Idempotent: with warm Go caches a rerun only checks (Go skips a link whose output already has
+# the expected build ID).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 require_root

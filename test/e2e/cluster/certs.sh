@@ -50,6 +50,8 @@ client kube-proxy "/CN=system:kube-proxy"
 # The Node authorizer only lets a kubelet act for the node its certificate names.
 client kubelet "/O=system:nodes/CN=system:node:$node_name"
 client apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+# The snapshot controller runs on the host too; up.sh grants this user what it needs (RBAC).
+client snapshot-controller "/CN=csi-fat-e2e:snapshot-controller"
 
 new_key sa
 openssl_quiet pkey -in sa.key -pubout -out sa.pub
@@ -79,7 +81,7 @@ EOF
 	chmod 600 "$file"
 }
 
-for c in controller-manager scheduler kube-proxy kubelet; do
+for c in controller-manager scheduler kube-proxy kubelet snapshot-controller; do
 	kubeconfig "$CONF/$c.kubeconfig" "$c"
 done
 kubeconfig "$KUBECONFIG_ADMIN" admin

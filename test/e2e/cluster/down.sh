@@ -245,7 +245,7 @@ report_leftovers() {
 }
 
 delete_workloads
-stop kube-proxy kubelet kube-scheduler kube-controller-manager
+stop kube-proxy kubelet kube-scheduler kube-controller-manager snapshot-controller
 kill_leftover_tasks
 stop containerd
 kill_stragglers

@@ -22,6 +22,9 @@ POD_SUBNET=10.244.0.0/24
 POD_GATEWAY=10.244.0.1
 PAUSE_IMAGE=registry.k8s.io/pause:3.10
 CONTAINERD_SOCK=/run/containerd/containerd.sock
+# The snapshot CRDs images.sh takes from the snapshotter's client module; up.sh installs them.
+CRDS=$CACHE/crds
+SNAPSHOT_CONTROLLER_USER=csi-fat-e2e:snapshot-controller
 
 # The sysctls the cluster's parts change (the kubelet's kernel tunables, the bridge plugin's
 # ip_forward, kube-proxy's route_localnet); up.sh records them and down.sh puts them back.
@@ -100,7 +103,7 @@ cluster_processes() {
 	while read -r pid exe; do
 		case $exe in
 		"$BIN"/etcd | "$BIN"/kube-apiserver | "$BIN"/kube-controller-manager | "$BIN"/kube-scheduler | \
-			"$BIN"/kubelet | "$BIN"/kube-proxy) ;;
+			"$BIN"/kubelet | "$BIN"/kube-proxy | "$BIN"/snapshot-controller) ;;
 		*/containerd) tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--config $CONF/containerd.toml" || continue ;;
 		*) continue ;;
 		esac
@@ -121,7 +124,7 @@ lock_cluster() {
 	export CSI_FAT_E2E_LOCK_HELD=1
 }
 
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kube-proxy kubelet)
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler snapshot-controller containerd kube-proxy kubelet)
 
 # cluster_running: every part runs and the node is Ready.
 cluster_running() {

@@ -8,9 +8,10 @@ set -euo pipefail
 require_root
 start=$SECONDS
 
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd snapshot-controller; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run test/e2e/cluster/build.sh"
 done
+compgen -G "$CRDS/snapshot.storage.k8s.io_*.yaml" >/dev/null || die "no snapshot CRDs in $CRDS: run test/e2e/cluster/build.sh"
 [ -f "$IMAGES/pause.tar" ] || die "$IMAGES/pause.tar is missing: run test/e2e/cluster/build.sh"
 for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
 	command -v "$b" >/dev/null || die "$b is missing: run test/e2e/cluster/build.sh"
@@ -167,6 +168,9 @@ authorization: {mode: Webhook}
 # No cluster DNS: pods fall back to the node's resolver.
 clusterDomain: cluster.local
 failSwapOn: false
+# A running pod's grown claim is seen at the pod's next sync: every 10 s rather than the default
+# minute, so an online expansion does not wait up to a minute for its NodeExpandVolume.
+syncFrequency: 10s
 # The images are imported, not pulled: image garbage collection must never remove them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -189,6 +193,58 @@ nodePortAddresses: [primary]
 # Leave the host's conntrack sysctls and route_localnet alone: no NodePort on localhost is needed.
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 iptables: {localhostNodePorts: false}
+EOF
+}
+
+# What the common snapshot controller does with distributed snapshotting and without volume group
+# snapshots (after the snapshotter's deploy/kubernetes/snapshot-controller RBAC): it binds
+# VolumeSnapshots to VolumeSnapshotContents it creates from their source PVC and PV, labels each
+# content with the node its volume's node affinity names, and keeps the PVCs it snapshots from
+# being deleted meanwhile (a finalizer).
+snapshot_controller_rbac() {
+	cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: csi-fat-e2e:snapshot-controller
+rules:
+  - apiGroups: [""]
+    resources: ["persistentvolumes", "nodes"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["persistentvolumeclaims"]
+    verbs: ["get", "list", "watch", "update"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["list", "watch", "create", "update", "patch"]
+  - apiGroups: ["snapshot.storage.k8s.io"]
+    resources: ["volumesnapshotclasses"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["snapshot.storage.k8s.io"]
+    resources: ["volumesnapshotcontents"]
+    verbs: ["create", "get", "list", "watch", "update", "delete", "patch"]
+  - apiGroups: ["snapshot.storage.k8s.io"]
+    resources: ["volumesnapshotcontents/status"]
+    verbs: ["patch"]
+  - apiGroups: ["snapshot.storage.k8s.io"]
+    resources: ["volumesnapshots"]
+    verbs: ["create", "get", "list", "watch", "update", "patch", "delete"]
+  - apiGroups: ["snapshot.storage.k8s.io"]
+    resources: ["volumesnapshots/status"]
+    verbs: ["update", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: csi-fat-e2e:snapshot-controller
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: $SNAPSHOT_CONTROLLER_USER
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: csi-fat-e2e:snapshot-controller
 EOF
 }
 
@@ -241,6 +297,17 @@ start_daemon kube-scheduler "$BIN/kube-scheduler" \
 	--authentication-kubeconfig="$CONF/scheduler.kubeconfig" \
 	--authorization-kubeconfig="$CONF/scheduler.kubeconfig" \
 	--bind-address=127.0.0.1 --leader-elect=false
+# Snapshots: the CRDs and the common snapshot controller are a cluster's own (the driver's chart
+# brings only the csi-snapshotter sidecar). Distributed snapshotting labels each content with its
+# volume's node, which the node's csi-snapshotter (--node-deployment) selects on. The controller
+# gives up if the CRDs are missing, so they come first.
+kubectl_admin apply --server-side -f "$CRDS" >/dev/null
+kubectl_admin wait --for condition=established --timeout=60s -f "$CRDS" >/dev/null
+snapshot_controller_rbac | kubectl_admin apply -f - >/dev/null
+start_daemon snapshot-controller "$BIN/snapshot-controller" \
+	--kubeconfig="$CONF/snapshot-controller.kubeconfig" --leader-election=false \
+	--enable-distributed-snapshotting --feature-gates=CSIVolumeGroupSnapshot=false --v=2
+await snapshot-controller 30 "snapshot controller started" grep -q "Starting snapshot controller" "$LOGS/snapshot-controller.log"
 start_daemon containerd "$(command -v containerd)" --config "$CONF/containerd.toml"
 await containerd 30 "containerd ready" ctr --address "$CONTAINERD_SOCK" version
 
