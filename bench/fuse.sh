@@ -8,6 +8,13 @@
 #                dropped and remounted first)
 #   1 MiB files  1,000 files of 1 MiB, one write(2) each, then syncfs
 #   4 KiB files  10,000 files of 4 KiB in one directory, one write(2) each, then syncfs
+#   tree copy    cp -r of a source tree (Go's own, GOROOT/src) into a fresh volume, then made
+#                durable; raw is the host's own file system (a directory beside the images)
+#   tree read    the same tree read back cold with tar -cf - | wc -c, caches dropped (and the
+#                volume remounted) first
+# For csi-fat it also prints what the server spent: its CPU seconds (user+sys, whole mount
+# including the unmount's writeback) per GiB and per tree, and for the tree the FUSE requests
+# (from -o debug) and the server's syscalls (strace -c -f) per file, from a separate counted run.
 # raw is the image file itself with O_DIRECT: dd oflag=direct/iflag=direct for the sequential
 # rows, fio --direct=1 for random reads; for the two file rows it is the same payload bytes
 # written as one O_DIRECT stream of 1 MiB blocks. One request in flight at a time, so it is the
@@ -23,6 +30,8 @@
 #   IMAGE_MB     image size (2048; QUICK 256)      SEQ_MB      sequential file size (1024; QUICK 64)
 #   BIG_FILES    count of 1 MiB files (1000; QUICK 50)
 #   SMALL_FILES  count of 4 KiB files (10000; QUICK 500)
+#   TREE         the tree to copy ($(go env GOROOT)/src; QUICK its go/ subtree)
+#   COUNT        1 (default): count the tree's FUSE requests and syscalls in an extra run; 0: skip
 #   RAND_MB      bytes read at random (64; QUICK 8), RAND_SECONDS: also stop after that (20; QUICK 5)
 #   TIMEOUT      seconds per fusefat workload before "timeout" (180; QUICK 30)
 #   CSI_TIMEOUT  the same for csi-fat and raw (600)
@@ -35,7 +44,7 @@ set -euo pipefail
 if [[ ${QUICK:-0} == 1 ]]; then
 	IMAGE_MB=${IMAGE_MB:-256} SEQ_MB=${SEQ_MB:-64} BIG_FILES=${BIG_FILES:-50}
 	SMALL_FILES=${SMALL_FILES:-500} RAND_MB=${RAND_MB:-8} RAND_SECONDS=${RAND_SECONDS:-5}
-	TIMEOUT=${TIMEOUT:-30}
+	TIMEOUT=${TIMEOUT:-30} TREE=${TREE:-$(go env GOROOT)/src/go}
 fi
 CONTENDERS=${CONTENDERS:-raw csi-fat fusefat}
 IMAGE_MB=${IMAGE_MB:-2048}
@@ -46,6 +55,8 @@ RAND_MB=${RAND_MB:-64}
 RAND_SECONDS=${RAND_SECONDS:-20}
 TIMEOUT=${TIMEOUT:-180}
 CSI_TIMEOUT=${CSI_TIMEOUT:-600}
+TREE=${TREE:-$(go env GOROOT)/src}
+COUNT=${COUNT:-1}
 MOUNT_OPTS=${MOUNT_OPTS:-}
 FUSEFAT_OPTS=${FUSEFAT_OPTS:-rw+}
 VERIFY=${VERIFY:-csi-fat}
@@ -59,7 +70,7 @@ die() { echo "fuse.sh: $*" >&2; exit 1; }
 # Install what is missing: command -> Debian package.
 missing=()
 for pair in fio:fio fusefat:fusefat mkfs.fat:dosfstools fsck.fat:dosfstools fusermount3:fuse3 \
-	/usr/bin/time:time timeout:coreutils; do
+	/usr/bin/time:time timeout:coreutils strace:strace; do
 	command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -101,17 +112,22 @@ helper=$WORKDIR/fusecompare
 now() { date +%s.%N; }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
+[[ -d $TREE ]] || die "TREE $TREE is not a directory"
+tree_files=$(find "$TREE" -type f | wc -l)
+
 # Results: secs[ROW/CONTENDER] in seconds, iops[ROW/CONTENDER] for random reads, or
 # state[ROW/CONTENDER] = "timeout (>Ns)" / "failed" / "skipped: why"; partial[ROW/CONTENDER] is
 # the rate reached before a timeout, when the helper said how far it got.
 declare -A secs iops state partial
-rows=(seqwrite seqread randread files1m files4k)
+rows=(seqwrite seqread randread files1m files4k treecopy treeread)
 declare -A row_title=(
 	[seqwrite]="seq write ${SEQ_MB} MiB + fsync (MiB/s)"
 	[seqread]="seq read ${SEQ_MB} MiB, cold (MiB/s)"
 	[randread]="random 4 KiB reads, cold (IOPS)"
 	[files1m]="${BIG_FILES} files of 1 MiB + sync (files/s)"
 	[files4k]="${SMALL_FILES} files of 4 KiB + sync (files/s)"
+	[treecopy]="tree copy, $tree_files files + sync (files/s)"
+	[treeread]="tree read back cold, tar (files/s)"
 )
 notes=()
 
@@ -163,6 +179,10 @@ random_read() {
 	return 0
 }
 
+# warm_tree reads the source tree, so that every copy reads it from memory and only the
+# destination is measured.
+warm_tree() { tar -C "$TREE" -cf - . | wc -c >/dev/null; }
+
 new_image() { # new_image PATH: a fresh sparse file of IMAGE_MB formatted FAT32
 	rm -f "$1"
 	mkfs.fat -F 32 -C "$1" $((IMAGE_MB * 1024)) >/dev/null
@@ -188,19 +208,34 @@ run_raw() {
 		measure "$row" raw dd if=/dev/zero of="$img" bs=1M count="$bytes" iflag=count_bytes oflag=direct conv=fsync,notrunc status=none
 	done
 	rm -f "$img"
+	# The tree rows: the host's own file system on the same disk (a kernel file system, the
+	# figure to get close to). syncfs, as it has no cheaper way to make a whole tree durable.
+	local dir=$WORKDIR/host-tree
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	warm_tree
+	measure treecopy raw bash -c 'cp -r "$1" "$2/" && sync -f "$2"' _ "$TREE" "$dir"
+	drop_caches
+	measure treeread raw bash -c 'tar -C "$1" -cf - . | wc -c >/dev/null' _ "$dir"
+	rm -rf "$dir"
 }
 
-# mount_contender WHO IMAGE: starts the FUSE server under /usr/bin/time (for its peak RSS) and
-# waits for the mount.
+# mount_contender WHO IMAGE [LABEL [WRAPPER...]]: starts the FUSE server under /usr/bin/time (for
+# its peak RSS and CPU seconds; LABEL names the session for the CPU figures) and waits for the
+# mount. WRAPPER (csi-fat only) runs the server under another command, such as strace.
 session=0
+declare -A session_label
 mount_contender() {
-	local who=$1 img=$2 opts=()
+	local who=$1 img=$2 label=${3:-} opts=()
+	shift $(($# < 3 ? $# : 3))
 	session=$((session + 1))
+	session_label[$session]=$label
 	local rssfile=$WORKDIR/rss.$who.$session
 	case $who in
 	csi-fat)
 		[[ -n $MOUNT_OPTS ]] && opts=(-o "$MOUNT_OPTS")
-		/usr/bin/time -f %M -o "$rssfile" "$csifat" mount "${opts[@]}" "$img" "$mnt" 2>>"$WORKDIR/$who.log" &
+		# First line the peak RSS, second user and system CPU seconds.
+		/usr/bin/time -f $'%M\n%U %S' -o "$rssfile" "$@" "$csifat" mount "${opts[@]}" "$img" "$mnt" 2>>"$WORKDIR/$who.log" &
 		;;
 	fusefat)
 		# fusefat logs every cluster it touches: that goes nowhere, or the log would be
@@ -248,7 +283,7 @@ run_mount() {
 	echo "$who: fresh ${IMAGE_MB} MiB FAT32 image $img"
 	new_image "$img"
 
-	mount_contender "$who" "$img"
+	mount_contender "$who" "$img" seqwrite
 	# fusefat's fsync never reaches the disk (it calls no fsync; see strace), so every write row
 	# of a mount ends with an fsync of the image file as well: durable is what is measured.
 	measure seqwrite "$who" bash -c 'dd if=/dev/zero of="$1" bs=1M count="$2" conv=fsync status=none && sync "$3"' \
@@ -258,7 +293,7 @@ run_mount() {
 	local why="skipped: the write did not finish"
 	if ok seqwrite "$who"; then
 		drop_caches
-		mount_contender "$who" "$img"
+		mount_contender "$who" "$img" seqread
 		measure seqread "$who" dd if="$mnt/big" of=/dev/null bs=1M status=none
 		unmount_contender "$who"
 		drop_caches
@@ -296,6 +331,84 @@ run_mount() {
 		notes+=("$who: fsck.fat -n FAILED: $(head -5 "$WORKDIR/fsck.$who" | tr '\n' ' ')")
 	fi
 	rm -f "$img"
+	run_tree "$who"
+}
+
+# run_tree WHO: the tree rows on a fresh image: copy and make durable (an fsync of the copied
+# directory makes the whole volume durable in csi-fat; fusefat's reaches nothing, hence the fsync
+# of the image file as in the other rows), unmount; drop caches, mount, read it back with tar.
+run_tree() {
+	local who=$1 img=$WORKDIR/$1-tree.img
+	echo "$who: fresh ${IMAGE_MB} MiB FAT32 image for the tree, $img"
+	new_image "$img"
+	warm_tree
+	mount_contender "$who" "$img" treecopy
+	measure treecopy "$who" bash -c 'cp -r "$1" "$2/" && sync "$2/$(basename "$1")" && sync "$3"' _ "$TREE" "$mnt" "$img"
+	unmount_contender "$who"
+	if ok treecopy "$who"; then
+		drop_caches
+		mount_contender "$who" "$img" treeread
+		measure treeread "$who" bash -c 'tar -C "$1" -cf - . | wc -c >/dev/null' _ "$mnt"
+		unmount_contender "$who"
+	else
+		state[treeread/$who]="skipped: the copy did not finish"
+	fi
+	if fsck.fat -n "$img" >"$WORKDIR/fsck.$who.tree" 2>&1; then
+		notes+=("$who: tree image fsck.fat -n clean ($(tail -1 "$WORKDIR/fsck.$who.tree" | sed 's/^[^:]*: //'))")
+	else
+		notes+=("$who: tree image fsck.fat -n FAILED: $(head -5 "$WORKDIR/fsck.$who.tree" | tr '\n' ' ')")
+	fi
+	if [[ $who == csi-fat && $COUNT == 1 ]]; then count_tree "$img"; fi
+	rm -f "$img"
+}
+
+# count_tree IMAGE: the tree copy and read once more on a fresh image, counted: FUSE requests by
+# opcode from -o debug's log, then (another fresh image) the server's syscalls with strace -c -f.
+# Counts, unlike times, do not move with the machine's load.
+declare -A counted
+count_tree() {
+	local img=$1 how log
+	for how in requests syscalls; do
+		new_image "$img"
+		for phase in copy read; do
+			log=$WORKDIR/count.$how.$phase
+			local saved=$MOUNT_OPTS
+			if [[ $how == requests ]]; then
+				MOUNT_OPTS=${MOUNT_OPTS:+$MOUNT_OPTS,}debug
+				: >"$WORKDIR/csi-fat.log"
+				mount_contender csi-fat "$img" "" 
+			else
+				mount_contender csi-fat "$img" "" strace -f -c -o "$log"
+			fi
+			MOUNT_OPTS=$saved
+			if [[ $phase == copy ]]; then
+				warm_tree
+				cp -r "$TREE" "$mnt/" && sync "$mnt/$(basename "$TREE")"
+			else
+				tar -C "$mnt" -cf - . | wc -c >/dev/null
+			fi
+			unmount_contender csi-fat
+			if [[ $how == requests ]]; then
+				grep -o 'rx [0-9]*: [A-Z_]*' "$WORKDIR/csi-fat.log" | awk '{ print $3 }' | sort | uniq -c | sort -rn >"$log"
+			fi
+			# "N per file: ..." with the five most frequent kinds.
+			counted[$how/$phase]=$(awk -v f="$tree_files" -v how="$how" '
+				how == "requests" { n[$2] = $1; t += $1 }
+				how == "syscalls" && $1 ~ /^[0-9.]+$/ && NF >= 5 { n[$NF] = $4; if ($NF == "total") t = $4 }
+				END {
+					delete n["total"]
+					printf "%.2f a file (%d):", t / f, t
+					k = 0
+					while (k < 5) {
+						best = ""; for (o in n) if (best == "" || n[o] > n[best]) best = o
+						if (best == "") break
+						printf " %s %.2f", best, n[best] / f; delete n[best]; k++
+					}
+				}' "$log")
+			drop_caches
+		done
+	done
+	rm -f "$img"
 }
 
 # The machine may be shared: say how busy it was, since raw and the mounts run one after another.
@@ -318,6 +431,7 @@ rate() {
 	seqwrite | seqread) [[ -n $s ]] && awk -v s="$s" -v m="$SEQ_MB" 'BEGIN { printf "%.1f", m / s }' ;;
 	files1m) [[ -n $s ]] && awk -v s="$s" -v n="$BIG_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
 	files4k) [[ -n $s ]] && awk -v s="$s" -v n="$SMALL_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
+	treecopy | treeread) [[ -n $s ]] && awk -v s="$s" -v n="$tree_files" 'BEGIN { printf "%.1f", n / s }' ;;
 	esac
 }
 cell() { # cell ROW WHO: the rate, or why there is none
@@ -351,8 +465,43 @@ for row in "${rows[@]}"; do
 		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
 done
 for who in csi-fat fusefat; do
-	rss=$(peak_rss "$who")
-	[[ -n $rss ]] && echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
+	rss=$(peak_rss "$who") || true
+	[[ -z $rss ]] || echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
 		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
 done
+# CPU seconds (user+sys) of the csi-fat server per labelled mount, and per GiB moved.
+cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
+	local i
+	for i in "${!session_label[@]}"; do
+		if [[ ${session_label[$i]} == "$1" && -f $WORKDIR/rss.csi-fat.$i ]]; then
+			awk 'NR == 2 { printf "%.2f", $1 + $2 }' "$WORKDIR/rss.csi-fat.$i"
+			return 0
+		fi
+	done
+	return 0
+}
+if [[ " $CONTENDERS " == *" csi-fat "* ]]; then
+	gib=$(awk -v m="$SEQ_MB" 'BEGIN { print m / 1024 }')
+	echo "csi-fat server CPU seconds (user+sys, from mount to the end of its unmount):"
+	for label in seqwrite seqread; do
+		c=$(cpu_of $label)
+		if [[ -n $c ]]; then
+			printf '  %-9s %6s s, %5s s per GiB\n' "$label" "$c" "$(awk -v c="$c" -v g="$gib" 'BEGIN { printf "%.2f", c / g }')"
+		fi
+	done
+	for label in treecopy treeread; do
+		c=$(cpu_of $label)
+		if [[ -n $c ]]; then
+			printf '  %-9s %6s s, %5s ms per file\n' "$label" "$c" \
+				"$(awk -v c="$c" -v f="$tree_files" 'BEGIN { printf "%.3f", c * 1000 / f }')"
+		fi
+	done
+	for k in requests/copy requests/read syscalls/copy syscalls/read; do
+		if [[ -n ${counted[$k]:-} ]]; then
+			what="FUSE requests"
+			[[ ${k%/*} == syscalls ]] && what="server syscalls"
+			echo "  tree ${k#*/}, $what: ${counted[$k]}"
+		fi
+	done
+fi
 for n in "${notes[@]}"; do echo "note: $n"; done

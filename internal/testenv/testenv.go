@@ -45,6 +45,18 @@ var Packages = map[string]string{
 	"setpriv":     "util-linux",
 	"iconv":       "libc-bin",
 	"python3":     "python3-minimal",
+	"sfdisk":      "fdisk",
+	"blkid":       "util-linux",
+	"partx":       "util-linux",
+	"mkswap":      "util-linux",
+	"mkfs.ext2":   "e2fsprogs",
+	"mkfs.ext3":   "e2fsprogs",
+	"mkfs.ext4":   "e2fsprogs",
+	"mkfs.exfat":  "exfatprogs",
+	"mkfs.ntfs":   "ntfs-3g",
+	"xorriso":     "xorriso",
+	"cryptsetup":  "cryptsetup-bin",
+	"pvcreate":    "lvm2",
 }
 
 // RequireTool needs every named program on PATH.
