@@ -279,6 +279,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 	vo := opts.VolumeOptions()
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync
+	vo.CacheBytes = a.CacheBytes
 	vo.Checked = a.Checked
 	vo.Logger = s.log.With("volume", req.Volume)
 	vol, err := fatvol.Open(dev, vo)

@@ -134,7 +134,7 @@ func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
 
 // checkInMounter checks and repairs the file open at f in a short-lived mounter of its own.
 func (m *Manager) checkInMounter(name string, f *os.File) (*protocol.CheckResult, error) {
-	p, err := m.spawnMounter(VolumeRecord{ID: name, Name: name})
+	p, err := m.startMounter(VolumeRecord{ID: name, Name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +152,7 @@ func (m *Manager) checkInMounter(name string, f *os.File) (*protocol.CheckResult
 	if err != nil && !errors.As(err, &re) && p.settle() {
 		err = fmt.Errorf("%v (%s)", err, p.endedWhy())
 	}
-	p.kill()
-	os.Remove(p.logPath)
+	p.discard()
 	if err != nil {
 		return nil, err
 	}

@@ -42,15 +42,15 @@ func (sv *servedVolume) holdForCopy(limit time.Duration) (release func() (time.D
 		var re *protocol.RemoteError
 		if errors.As(err, &re) && re.Code == protocol.CodeInvalid {
 			// A mounter started by an older driver, adopted across an upgrade, knows no hold.
-			return nil, fmt.Errorf("%w: the mounter serving volume %s (pid %d) cannot hold it for a copy (%v); unstage and stage the volume again to serve it with this driver's mounter", errOldMounter, sv.id, p.pid, err)
+			return nil, fmt.Errorf("%w: the mounter serving volume %s (%s) cannot hold it for a copy (%v); unstage and stage the volume again to serve it with this driver's mounter", errOldMounter, sv.id, p, err)
 		}
-		return nil, fmt.Errorf("hold volume %s in its mounter (pid %d): %w", sv.id, p.pid, err)
+		return nil, fmt.Errorf("hold volume %s in its mounter (%s): %w", sv.id, p, err)
 	}
 	return func() (time.Duration, error) {
 		defer c.Close()
 		resp, err := protocol.Call(c, &protocol.Request{Op: protocol.OpRelease, Volume: p.volume}, callTimeout)
 		if err != nil {
-			return 0, fmt.Errorf("release volume %s in its mounter (pid %d): the hold did not last until the copy ended: %w", sv.id, p.pid, err)
+			return 0, fmt.Errorf("release volume %s in its mounter (%s): the hold did not last until the copy ended: %w", sv.id, p, err)
 		}
 		if resp.Hold == nil {
 			return 0, fmt.Errorf("release volume %s: the mounter answered without how long it held", sv.id)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
@@ -39,8 +40,10 @@ const (
 
 // MounterConfig says where and how volumes are served.
 type MounterConfig struct {
-	// Mode is MounterInProcess ("" too) or MounterProcess.
+	// Mode is MounterInProcess ("" too), MounterProcess or MounterPod.
 	Mode string `json:"mode,omitempty"`
+	// Pod makes the pods of MounterPod; with it, orphaned mounter pods are removed in any mode.
+	Pod *PodConfig `json:"pod,omitempty"`
 	// Command runs a mounter: the csi-fat binary and "mounter" (default: this executable).
 	Command []string `json:"command,omitempty"`
 	// UID and GID the mounter runs as (default 65534, nobody); the mounter needs no privilege.
@@ -51,14 +54,20 @@ type MounterConfig struct {
 	CheckTimeout time.Duration `json:"checkTimeout,omitempty"`
 }
 
-func (c MounterConfig) process() bool { return c.Mode == MounterProcess }
+// process tells whether volumes are served by mounters (processes or pods), not in this process.
+func (c MounterConfig) process() bool { return c.Mode == MounterProcess || c.Mode == MounterPod }
 
 func (c MounterConfig) validate() error {
 	switch c.Mode {
 	case "", MounterInProcess, MounterProcess:
 		return nil
+	case MounterPod:
+		if c.Pod == nil || c.Pod.Client == nil || c.Pod.Namespace == "" || c.Pod.Image == "" || c.Pod.KubeletDir == "" {
+			return fmt.Errorf("mounter mode %s needs an API client, a namespace, an image and the kubelet's directory", MounterPod)
+		}
+		return nil
 	}
-	return fmt.Errorf("mounter mode %q: want %s or %s", c.Mode, MounterProcess, MounterInProcess)
+	return fmt.Errorf("mounter mode %q: want %s, %s or %s", c.Mode, MounterPod, MounterProcess, MounterInProcess)
 }
 
 // nobody is the default user and group of a mounter.
@@ -76,14 +85,16 @@ const (
 // mountersDir is the state directory's subdirectory of mounter sockets and logs.
 const mountersDir = "mounters"
 
-// mounterProc is a mounter process serving one volume, started by this process or adopted
-// from an earlier one.
+// mounterProc is a mounter serving one volume, started by this process or adopted from an
+// earlier one: a process of this host's, or a pod.
 type mounterProc struct {
 	volume  string // the volume's ID
 	socket  string
-	logPath string
-	pid     int
-	cmd     *exec.Cmd // nil when adopted
+	logPath string    // a process's log; a pod's is the container's
+	pid     int       // in the mounter's own PID namespace for a pod
+	cmd     *exec.Cmd // nil when adopted or a pod
+	pod     *podRef   // nil for a process
+	podCfg  *PodConfig
 
 	gone     chan struct{} // closed once the mounter is gone
 	goneOnce sync.Once
@@ -96,10 +107,36 @@ type MounterRecord struct {
 	PID    int    `json:"pid"`
 	Socket string `json:"socket"`
 	Log    string `json:"log,omitempty"`
+	// A mounter pod's namespace, name and UID.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"podUID,omitempty"`
 }
 
 func (p *mounterProc) record() *MounterRecord {
-	return &MounterRecord{PID: p.pid, Socket: p.socket, Log: p.logPath}
+	r := &MounterRecord{PID: p.pid, Socket: p.socket, Log: p.logPath}
+	if p.pod != nil {
+		r.Namespace, r.Pod, r.PodUID = p.pod.namespace, p.pod.name, string(p.pod.uid)
+	}
+	return r
+}
+
+// String names the mounter in logs and conditions.
+func (p *mounterProc) String() string {
+	if p.pod != nil {
+		return "pod " + p.pod.String()
+	}
+	return fmt.Sprintf("pid %d", p.pid)
+}
+
+// recordedMounter is the mounter a record names.
+func (m *Manager) recordedMounter(r *MounterRecord, volume string) *mounterProc {
+	p := &mounterProc{volume: volume, socket: r.Socket, logPath: r.Log, pid: r.PID, gone: make(chan struct{})}
+	if r.PodUID != "" {
+		p.pod = &podRef{namespace: r.Namespace, name: r.Pod, uid: types.UID(r.PodUID)}
+		p.podCfg = m.cfg.Mounter.Pod
+	}
+	return p
 }
 
 func (p *mounterProc) ended(why string) {
@@ -151,7 +188,18 @@ func (p *mounterProc) call(req *protocol.Request, timeout time.Duration, fds ...
 
 func dialMounter(socket string, timeout time.Duration) (*net.UnixConn, error) {
 	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("unixpacket", socket)
+	addr := socket
+	if len(addr) > unixPathMax {
+		// A pod's socket under a long kubelet directory: reach it through a descriptor of its
+		// directory, whose /proc/self/fd path is short.
+		dir, err := os.OpenFile(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("connect to mounter at %s: %w", socket, err)
+		}
+		defer dir.Close()
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(socket))
+	}
+	c, err := d.Dial("unixpacket", addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to mounter at %s: %w", socket, err)
 	}
@@ -175,6 +223,10 @@ func (p *mounterProc) watch() error {
 		for _, f := range files {
 			f.Close()
 		}
+		if p.pod != nil {
+			p.ended(p.podEnded(err))
+			return
+		}
 		if p.cmd != nil {
 			// The exit status says more: wait for it a moment.
 			select {
@@ -194,13 +246,24 @@ func (m *Manager) mounterSocket(name string) (socket, logPath string, err error)
 	sum := sha256.Sum256([]byte(name))
 	base := filepath.Join(m.cfg.StateDir, mountersDir, hex.EncodeToString(sum[:8]))
 	socket = base + ".sock"
-	if len(socket) > 107 {
-		return "", "", fmt.Errorf("mounter socket path %s is longer than a unix socket path may be (107 bytes): use a shorter --state-dir", socket)
+	if len(socket) > unixPathMax {
+		return "", "", fmt.Errorf("mounter socket path %s is longer than a unix socket path may be (%d bytes): use a shorter --state-dir", socket, unixPathMax)
 	}
 	return socket, base + ".log", nil
 }
 
-// spawnMounter starts a mounter for the volume: in a session of its own (the plugin's exit
+// unixPathMax is the longest path a unix socket address holds.
+const unixPathMax = 107
+
+// startMounter starts a mounter for the volume, a pod or a process as configured.
+func (m *Manager) startMounter(rec VolumeRecord) (*mounterProc, error) {
+	if m.cfg.Mounter.Mode == MounterPod {
+		return m.startMounterPod(rec)
+	}
+	return m.spawnMounter(rec)
+}
+
+// spawnMounter starts a mounter process for the volume: in a session of its own (the plugin's exit
 // does not end it), as an unprivileged user with no capabilities, listening on a socket this
 // process creates (the mounter may not create files in the state directory) and logging to a
 // file this process opens.
@@ -296,8 +359,12 @@ func (m *Manager) spawnMounter(rec VolumeRecord) (*mounterProc, error) {
 	return p, nil
 }
 
-// kill ends the mounter at once and removes its socket.
+// kill ends the mounter at once and removes its socket (or pod).
 func (p *mounterProc) kill() {
+	if p.pod != nil {
+		p.deletePod()
+		return
+	}
 	if p.cmd != nil {
 		p.cmd.Process.Kill()
 	} else if p.pid > 0 && isMounterPID(p.pid) {
@@ -422,7 +489,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		return nil, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s: %v", rec.ID, devPath, err)
 	}
 	defer dev.Close()
-	p, err := m.spawnMounter(rec)
+	p, err := m.startMounter(rec)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
@@ -463,7 +530,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
 	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: &protocol.ServeArgs{
-		Options: mounterOptions(optString), Mode: rec.Params.Mode, Source: devPath, Mountpoint: st.Path,
+		Options: mounterOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
 		Damage: damage, Checked: true,
 	}}, serveTimeout, devFD, int(fuseFile.Fd()))
 	fuseFile.Close()
@@ -517,7 +584,7 @@ func (sv *servedVolume) stopRemote() error {
 		if err := newMounts().detachAll(sv.path); err != nil {
 			return err
 		}
-		os.Remove(p.socket)
+		p.remove()
 		return nil
 	}
 	if err := p.sync(); err != nil {
@@ -530,29 +597,49 @@ func (sv *servedVolume) stopRemote() error {
 	select {
 	case <-p.gone:
 	case <-time.After(unmountWait):
-		klog.InfoS("mounter did not exit after stop; killing it", "volume", p.volume, "pid", p.pid)
+		klog.InfoS("mounter did not exit after stop; killing it", "volume", p.volume, "mounter", p.String())
 		p.kill()
 	}
-	os.Remove(p.socket)
 	if err != nil && !protocol.IsEOF(err) {
+		os.Remove(p.socket)
 		return fmt.Errorf("mounter of %s: %w", p.volume, err)
 	}
-	os.Remove(p.logPath)
-	klog.InfoS("mounter stopped", "volume", p.volume, "pid", p.pid)
+	p.remove()
+	klog.InfoS("mounter stopped", "volume", p.volume, "mounter", p.String())
 	return nil
+}
+
+// discard ends a short-lived mounter and removes what is left of it.
+func (p *mounterProc) discard() {
+	p.kill()
+	if p.pod == nil {
+		os.Remove(p.logPath)
+	}
+}
+
+// remove takes away what is left of a mounter that ended: its socket and log, or its pod.
+func (p *mounterProc) remove() {
+	if p.pod != nil {
+		p.deletePod()
+		return
+	}
+	os.Remove(p.socket)
+	os.Remove(p.logPath)
 }
 
 // adoptMounter takes over the mounter an earlier plugin process started for a staged volume,
 // if it is alive and serving at the staging path.
 func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume, error) {
-	r := st.Mounter
-	p := &mounterProc{volume: rec.ID, socket: r.Socket, logPath: r.Log, pid: r.PID, gone: make(chan struct{})}
+	p := m.recordedMounter(st.Mounter, rec.ID)
+	if p.pod != nil && p.podCfg == nil {
+		return nil, fmt.Errorf("the mounter is pod %s, and this plugin has no API client (--mounter)", p.pod)
+	}
 	s, err := p.status(false)
 	if err != nil {
 		return nil, err
 	}
 	if !s.Serving || filepath.Clean(s.Mountpoint) != st.Path || s.Volume != rec.ID {
-		return nil, fmt.Errorf("mounter pid %d serves %q at %q (serving=%v), not %s at %s", s.PID, s.Volume, s.Mountpoint, s.Serving, rec.ID, st.Path)
+		return nil, fmt.Errorf("mounter %s serves %q at %q (serving=%v), not %s at %s", p, s.Volume, s.Mountpoint, s.Serving, rec.ID, st.Path)
 	}
 	if err := healthy(st.Path); err != nil {
 		return nil, err
@@ -561,14 +648,21 @@ func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume
 	if err := p.watch(); err != nil {
 		return nil, err
 	}
-	klog.InfoS("adopted mounter", "volume", rec.ID, "pid", p.pid, "path", st.Path)
+	klog.InfoS("adopted mounter", "volume", rec.ID, "mounter", p.String(), "path", st.Path)
 	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: s.CheckDamage}, nil
 }
 
 // dropMounter ends a recorded mounter that cannot be adopted: it is told to stop, or killed.
-func dropMounter(r *MounterRecord, volume string) {
-	p := &mounterProc{volume: volume, socket: r.Socket, pid: r.PID, gone: make(chan struct{})}
-	if _, err := p.call(&protocol.Request{Op: protocol.OpStop}, time.Second); err != nil && isMounterPID(r.PID) {
+func (m *Manager) dropMounter(r *MounterRecord, volume string) {
+	p := m.recordedMounter(r, volume)
+	_, err := p.call(&protocol.Request{Op: protocol.OpStop}, time.Second)
+	switch {
+	case p.pod != nil:
+		if p.podCfg != nil {
+			p.deletePod()
+		}
+		return
+	case err != nil && isMounterPID(r.PID):
 		syscall.Kill(r.PID, syscall.SIGKILL)
 	}
 	os.Remove(r.Socket)
@@ -596,22 +690,34 @@ func (m *Manager) removeOrphanMounters() {
 			continue
 		}
 		p := &mounterProc{socket: sock, gone: make(chan struct{})}
-		s, err := p.status(false)
-		if err == nil {
-			klog.InfoS("removing an orphaned mounter", "pid", s.PID, "volume", s.Volume, "mountpoint", s.Mountpoint)
-			if s.Mountpoint != "" && !staging[filepath.Clean(s.Mountpoint)] {
-				if err := m.mounts.detachAll(s.Mountpoint); err != nil {
-					klog.ErrorS(err, "unmounting an orphaned mounter's mount", "path", s.Mountpoint)
-				}
-			}
-			if _, err := p.call(&protocol.Request{Op: protocol.OpStop}, 2*unmountWait); err != nil && isMounterPID(s.PID) {
-				syscall.Kill(s.PID, syscall.SIGKILL)
-			}
-		} else {
-			klog.InfoS("removing the socket of a mounter that is gone", "socket", sock, "error", err)
+		if !m.stopOrphan(p, staging) {
+			klog.InfoS("removing the socket of a mounter that is gone", "socket", sock)
 		}
 		os.Remove(sock)
 	}
+	if m.cfg.Mounter.Pod != nil {
+		m.removeOrphanMounterPods()
+	}
+}
+
+// stopOrphan stops a mounter no staged volume's record names: its mount is unmounted unless a
+// staged volume lives there, and it is told to stop (a process is killed if it does not answer).
+// It tells whether the mounter answered.
+func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
+	s, err := p.status(false)
+	if err != nil {
+		return false
+	}
+	klog.InfoS("removing an orphaned mounter", "mounter", p.String(), "pid", s.PID, "volume", s.Volume, "mountpoint", s.Mountpoint)
+	if s.Mountpoint != "" && !staging[filepath.Clean(s.Mountpoint)] {
+		if err := m.mounts.detachAll(s.Mountpoint); err != nil {
+			klog.ErrorS(err, "unmounting an orphaned mounter's mount", "path", s.Mountpoint)
+		}
+	}
+	if _, err := p.call(&protocol.Request{Op: protocol.OpStop}, 2*unmountWait); err != nil && p.pod == nil && isMounterPID(s.PID) {
+		syscall.Kill(s.PID, syscall.SIGKILL)
+	}
+	return true
 }
 
 // checkAdoptable checks a USB device's file system before a volume adopts it: in a mounter
@@ -626,7 +732,7 @@ func (m *Manager) checkAdoptable(d usbDevice) (string, error) {
 		return "", err
 	}
 	defer dev.Close()
-	p, err := m.spawnMounter(VolumeRecord{ID: "usb-adopt:" + d.ID, Name: "usb-adopt:" + d.ID})
+	p, err := m.startMounter(VolumeRecord{ID: "usb-adopt:" + d.ID, Name: "usb-adopt:" + d.ID})
 	if err != nil {
 		return "", err
 	}
@@ -645,8 +751,7 @@ func (m *Manager) checkAdoptable(d usbDevice) (string, error) {
 	if err != nil && !errors.As(err, &re) && p.settle() {
 		err = fmt.Errorf("%v (%s)", err, p.endedWhy())
 	}
-	p.kill()
-	os.Remove(p.logPath)
+	p.discard()
 	if err != nil {
 		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}

@@ -25,6 +25,14 @@ const (
 	ParamLayout      = "layout"
 	ParamWipe        = "wipe"
 	ParamMaxSize     = "maxSize"
+	ParamCacheSize   = "cacheSize"
+)
+
+// Bounds of cacheSize: below the smallest the writer flushes all the time; the largest keeps one
+// volume from taking a node's memory.
+const (
+	minCacheBytes = 4 << 20
+	maxCacheBytes = 16 << 30
 )
 
 // Write modes: how eagerly a staged volume writes back (fatvol.Options).
@@ -69,6 +77,9 @@ type Params struct {
 	Wipe        bool   `json:"wipe,omitempty"`     // USB only: format a stick that holds something else than FAT
 	selection          // USB only: which sticks may be claimed
 	MaxSize     int64  `json:"maxSize,omitempty"` // bytes the volume may grow to; 0 = the default room (expand.go)
+	// CacheBytes bounds the dirty file data its server holds in memory (0: the engine's
+	// default); a mounter pod's memory limit follows it.
+	CacheBytes int64 `json:"cacheSize,omitempty"`
 }
 
 // ParseParams checks StorageClass parameters. Unknown keys are an error, so a typo does not
@@ -140,6 +151,11 @@ func ParseParams(in map[string]string) (Params, error) {
 			err = p.selection.set(key, val)
 		case ParamMaxSize:
 			p.MaxSize, err = parseSize(val)
+		case ParamCacheSize:
+			p.CacheBytes, err = parseSize(val)
+			if err == nil && (p.CacheBytes < minCacheBytes || p.CacheBytes > maxCacheBytes) {
+				err = fmt.Errorf("want %d MiB to %d GiB", minCacheBytes>>20, maxCacheBytes>>30)
+			}
 		default:
 			if !strings.HasPrefix(key, reservedParamPrefix) {
 				unknown = append(unknown, key)
@@ -235,6 +251,9 @@ func (p Params) Map() map[string]string {
 	p.selection.addTo(m)
 	if p.MaxSize != 0 {
 		m[ParamMaxSize] = strconv.FormatInt(p.MaxSize, 10)
+	}
+	if p.CacheBytes != 0 {
+		m[ParamCacheSize] = strconv.FormatInt(p.CacheBytes, 10)
 	}
 	return m
 }

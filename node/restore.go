@@ -48,8 +48,8 @@ func (m *Manager) Restore() error {
 				m.mu.Unlock()
 				continue
 			}
-			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "reason", err)
-			dropMounter(st.Mounter, rec.ID)
+			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "pod", st.Mounter.Pod, "reason", err)
+			m.dropMounter(st.Mounter, rec.ID)
 		}
 		if err := m.stage(rec, &st); err != nil {
 			klog.ErrorS(err, "serving a staged volume again", "volume", rec.ID, "path", st.Path)

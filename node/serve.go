@@ -88,8 +88,9 @@ func mountOptionString(flags []string, group string, readOnly bool) (string, err
 }
 
 // volumeOptions are the engine's options for a write mode and mount options.
-func volumeOptions(opts fatfuse.Options, mode string) fatvol.Options {
+func volumeOptions(opts fatfuse.Options, mode string, cacheBytes int64) fatvol.Options {
 	vo := opts.VolumeOptions()
+	vo.CacheBytes = cacheBytes
 	vo.Flush = mode == ModeFlush || opts.Flush
 	vo.Sync = mode == ModeSync || opts.Sync
 	vo.Logger = engineLogger()
@@ -103,7 +104,7 @@ func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Backg
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode string) (*servedVolume, error) {
+func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
 	file, err := blockdev.OpenClaimed(devicePath, stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode 
 		return nil, fmt.Errorf("volume %s on %s: %w", id, devicePath, err)
 	}
 	dev := newMeteredDevice(fsDev, devicePath)
-	vo := volumeOptions(opts, mode)
+	vo := volumeOptions(opts, mode, cacheBytes)
 	// NodeStageVolume checked the volume (and repaired it, or serves it read-only) just before:
 	// a clean unmount may mark it clean.
 	vo.Checked = true
@@ -220,7 +221,7 @@ func (sv *servedVolume) health(stats, files bool) health {
 			if sv.remote.isGone() || sv.remote.settle() {
 				return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
 			}
-			return health{gone: fmt.Sprintf("its mounter (pid %d) does not answer: %v", sv.remote.pid, err), checkDamage: sv.damage}
+			return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", sv.remote, err), checkDamage: sv.damage}
 		}
 		h := health{fence: s.Fence, damage: s.Damage, failure: s.Failure, ioErrors: s.Device.Errors,
 			lastIOError: s.Device.LastError, checkDamage: s.CheckDamage, device: s.Device, dirty: s.DirtyBytes, stats: s.Stats}

@@ -70,6 +70,7 @@ type driverFlags struct {
 	allowVendor, denyVendor, allowModel, denyModel                  listFlag
 	allowSerial, denySerial, allowByID, denyByID                    listFlag
 	mounter, mounterUser                                            string
+	pods                                                            podFlags
 }
 
 func defaultNodeID() string {
@@ -95,8 +96,9 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.healthAddress, "health-address", "", "host:port to answer a liveness probe on at /healthz: 200 when the driver is ready, 503 and the reason when not (default: none; may equal --metrics-address)")
 	fs.StringVar(&f.registrationDir, "kubelet-registration-dir", "", "register with the kubelet through its plugin watcher in this directory, e.g. /var/lib/kubelet/plugins_registry, instead of the node-driver-registrar sidecar (default: off)")
 	fs.StringVar(&f.registrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it (default: /var/lib/kubelet/plugins/<driver-name>/csi.sock)")
-	fs.StringVar(&f.mounter, "mounter", "auto", "where volumes are served: \"process\" (a mounter process per volume, unprivileged, which outlives a restart of the driver), \"inprocess\" (in the driver's process: a restart kills the mounts), or \"auto\": inprocess in a Kubernetes pod (a child dies with its container anyway, until mounter pods exist), else process")
-	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounter processes run as (numeric); they need no privilege")
+	fs.StringVar(&f.mounter, "mounter", "auto", "where volumes are served: \"pod\" (a mounter pod per volume, unprivileged, made through the API; it outlives the driver's pod), \"process\" (a mounter process per volume, unprivileged, which outlives a restart of the driver), \"inprocess\" (in the driver's process: a restart kills the mounts), or \"auto\": in a Kubernetes pod, pod when --mounter-image is set and else inprocess (a child process would die with the container); elsewhere process")
+	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounters run as (numeric); they need no privilege")
+	f.pods.register(fs)
 	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
 	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
 	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates: comma-separated globs (sd* for USB sticks, mmcblk* for SD/MMC cards)")
@@ -132,11 +134,14 @@ func (f *driverFlags) mounterConfig() (node.MounterConfig, error) {
 		c.Mode = node.MounterProcess
 		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 			c.Mode = node.MounterInProcess
+			if f.pods.image != "" {
+				c.Mode = node.MounterPod
+			}
 		}
-	case node.MounterProcess, node.MounterInProcess:
+	case node.MounterPod, node.MounterProcess, node.MounterInProcess:
 		c.Mode = f.mounter
 	default:
-		return c, fmt.Errorf("--mounter %q: want process, inprocess or auto", f.mounter)
+		return c, fmt.Errorf("--mounter %q: want pod, process, inprocess or auto", f.mounter)
 	}
 	u, g, ok := strings.Cut(f.mounterUser, ":")
 	uid, err1 := strconv.ParseUint(u, 10, 32)
@@ -146,6 +151,13 @@ func (f *driverFlags) mounterConfig() (node.MounterConfig, error) {
 	}
 	uid32, gid32 := uint32(uid), uint32(gid)
 	c.UID, c.GID = &uid32, &gid32
+	if c.Mode == node.MounterPod {
+		pc, err := f.pods.config()
+		if err != nil {
+			return c, err
+		}
+		c.Pod = pc
+	}
 	return c, nil
 }
 

@@ -93,6 +93,8 @@ type ServeArgs struct {
 	Options string `json:"options"`
 	// Mode is the volume's write mode (writeback, flush, sync).
 	Mode string `json:"mode,omitempty"`
+	// CacheBytes bounds the dirty data held in memory (0: the engine's default).
+	CacheBytes int64 `json:"cacheBytes,omitempty"`
 	// Source is the device's path as the mount table shows it, Mountpoint the staging path: for
 	// logs and status only, the mounter opens neither.
 	Source     string `json:"source"`

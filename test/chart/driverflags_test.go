@@ -30,6 +30,8 @@ func TestDriverKnowsEveryFlag(t *testing.T) {
 	for _, flags := range [][]string{
 		nil,
 		{"--set", "registration.mode=builtin", "--set", "driver.nodeID=node-1"},
+		{"--set", "mounter.mode=inprocess"},
+		{"--set-json", `imagePullSecrets=[{"name":"regcred"}]`},
 		{"--set", "usb.enabled=true",
 			"--set-json", `usb.allow={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"]}`,
 			"--set-json", `usb.deny={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"]}`},

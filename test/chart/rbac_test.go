@@ -71,7 +71,9 @@ func TestRBAC(t *testing.T) {
 	}
 	wantNS := slices.Concat(
 		expand("storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
-		expand("", "pods", "get"), // the owner lookup reads its own pod, whose owner is the DaemonSet
+		// The owner lookup reads its own pod, whose owner is the DaemonSet; the driver makes, lists
+		// and removes its mounter pods.
+		expand("", "pods", "get", "list", "create", "delete"),
 	)
 	slices.Sort(wantNS)
 	if got := ruleSet(ns.Rules); !slices.Equal(got, wantNS) {
@@ -80,6 +82,21 @@ func TestRBAC(t *testing.T) {
 	var rb roleBinding
 	r.get(t, "RoleBinding", &rb)
 	checkBinding(t, "RoleBinding", rb, "Role", roleObj.Name, sa)
+}
+
+// TestRBACInProcessMounters: without mounter pods the driver's pod only reads its own pod.
+func TestRBACInProcessMounters(t *testing.T) {
+	r := render(t, "--set", "mounter.mode=inprocess")
+	var ns role
+	r.get(t, "Role", &ns)
+	want := slices.Concat(
+		expand("storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
+		expand("", "pods", "get"),
+	)
+	slices.Sort(want)
+	if got := ruleSet(ns.Rules); !slices.Equal(got, want) {
+		t.Errorf("Role grants\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
 }
 
 // TestRBACWithoutSnapshotsOrResizer: a sidecar switched off takes its ClusterRole and binding

@@ -24,6 +24,8 @@ const (
 	releaseNS   = "csi-fat"
 	driverDS    = "csi-fat-node" // the chart's <fullname>-node
 	driverPods  = "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/component=node"
+	// mounterPods are the pods the driver serves staged volumes in.
+	mounterPods = "app.kubernetes.io/name=csi-fat,app.kubernetes.io/component=mounter"
 	imageClass  = "csi-fat"
 	usbClass    = "csi-fat-usb"
 	testImage   = "e2e.csi-fat.io/busybox:1"

@@ -22,8 +22,9 @@ type condition struct {
 }
 
 type containerStatus struct {
-	Name  string `json:"name"`
-	Ready bool   `json:"ready"`
+	Name         string `json:"name"`
+	Ready        bool   `json:"ready"`
+	RestartCount int    `json:"restartCount"`
 	State struct {
 		Waiting *struct {
 			Reason  string `json:"reason"`

@@ -113,6 +113,8 @@ func (e *environment) driverState() string {
 	section("driver events", "get", "events", "-n", releaseNS, "--sort-by=.lastTimestamp")
 	section("driver log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-fat", "--tail=150", "--prefix")
 	section("provisioner log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-provisioner", "--tail=60", "--prefix")
+	section("mounter pods", "get", "pods", "-n", releaseNS, "-l", mounterPods, "-o", "wide")
+	section("mounter logs", "logs", "-n", releaseNS, "-l", mounterPods, "--tail=20", "--prefix")
 	if e.claims.onlineExpansion {
 		section("resizer log", "logs", "-n", releaseNS, "-l", driverPods, "-c", "csi-resizer", "--tail=60", "--prefix")
 	}

@@ -33,10 +33,28 @@ type writer struct {
 	last    int // the highest record number reported so far
 }
 
+// openWriter is stoppableWriter with its log kept open from start to end, a record every 100 ms.
+const openWriter = `exec 3>>/data/log || exit 1
+i=0
+while [ ! -e /tmp/stop ]; do
+	i=$((i+1))
+	printf 'record %08d abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU\n' "$i" >&3 || exit 1
+	sync /data/log || exit 1
+	echo "$i"
+	sleep 0.1
+done`
+
 // startWriter starts a pod running stoppableWriter on claim at /data and follows its reports.
 func (e *environment) startWriter(t *testing.T, ns, name, claim string) *writer {
 	t.Helper()
-	e.startPod(t, ns, podSpec{name: name, volumes: []podVolume{{claim: claim, path: "/data"}}, script: stoppableWriter})
+	return e.startWriterWith(t, ns, name, claim, stoppableWriter)
+}
+
+// startWriterWith starts a pod running script, a writer of records, on claim at /data and
+// follows its reports.
+func (e *environment) startWriterWith(t *testing.T, ns, name, claim, script string) *writer {
+	t.Helper()
+	e.startPod(t, ns, podSpec{name: name, volumes: []podVolume{{claim: claim, path: "/data"}}, script: script})
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd, stream, err := e.follow(ctx, "logs", "-f", "-n", ns, name)
 	if err != nil {

@@ -1,0 +1,396 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// MounterPod serves each volume in a pod of its own on this node, created through the API: the
+// pod is unprivileged and outlives the plugin's container, and a helm upgrade leaves it on its
+// image until its volume is unstaged.
+const MounterPod = "pod"
+
+// PodConfig says how mounter pods are made.
+type PodConfig struct {
+	// Client reaches the API server (in-cluster config).
+	Client kubernetes.Interface `json:"-"`
+	// Namespace the pods live in: the plugin's own.
+	Namespace string `json:"namespace"`
+	// Image runs `csi-fat mounter` (its entrypoint is csi-fat); normally the plugin's own.
+	Image      string `json:"image"`
+	PullPolicy string `json:"pullPolicy,omitempty"`
+	// KubeletDir is the kubelet's root directory as this process sees it: the pods' emptyDir
+	// volumes, where mounter sockets live, are under <KubeletDir>/pods.
+	KubeletDir        string   `json:"kubeletDir"`
+	PriorityClassName string   `json:"priorityClassName,omitempty"`
+	ImagePullSecrets  []string `json:"imagePullSecrets,omitempty"`
+	// CPURequest and MemoryRequest are every mounter pod's requests; MemoryOverhead plus the
+	// volume's cache size is its memory limit (0: no limit).
+	CPURequest     resource.Quantity `json:"cpuRequest"`
+	MemoryRequest  resource.Quantity `json:"memoryRequest"`
+	MemoryOverhead resource.Quantity `json:"memoryOverhead"`
+	// StartTimeout bounds how long a pod may take to listen (pulling its image included).
+	StartTimeout time.Duration `json:"startTimeout,omitempty"`
+	// Owner, when set, owns every mounter pod (the plugin's DaemonSet): deleting it removes them.
+	Owner *metav1.OwnerReference `json:"-"`
+}
+
+// Labels and annotations of mounter pods.
+const (
+	mounterComponentLabel = "app.kubernetes.io/component"
+	mounterComponent      = "mounter"
+	mounterNameLabel      = "app.kubernetes.io/name"
+	mounterVolumeLabel    = "fat.csi-fat.io/volume-hash"
+	mounterVolumeAnnot    = "fat.csi-fat.io/volume"
+	// mounterSocketDir is where the pod's emptyDir is mounted, and its volume's name.
+	mounterSocketDir  = "/run/csi-fat-mounter"
+	mounterSocketVol  = "control"
+	mounterSocketName = "control.sock"
+	mounterContainer  = "mounter"
+	defaultPodStart   = 2 * time.Minute
+	podPollInterval   = 100 * time.Millisecond
+	podDeleteWait     = 30 * time.Second
+	mounterPodPrefix  = "csi-fat-mounter-"
+	podAPITimeout     = 30 * time.Second
+	defaultCacheLimit = 64 << 20
+)
+
+// podRef names a mounter pod.
+type podRef struct {
+	namespace, name string
+	uid             types.UID
+}
+
+func (r podRef) String() string { return r.namespace + "/" + r.name }
+
+// volumeHash is a label-safe digest of a volume ID.
+func volumeHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:8])
+}
+
+// podSocket is where the plugin reaches the socket of the mounter pod with the given UID: in its
+// emptyDir, under the kubelet's pods directory.
+func (c *PodConfig) podSocket(uid types.UID) string {
+	return filepath.Join(c.KubeletDir, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", mounterSocketVol, mounterSocketName)
+}
+
+// mounterPodSpec is the pod serving one volume: on this node, unprivileged and admissible under
+// the restricted Pod Security level, critical, tolerating every taint, with nothing from the
+// host: its descriptors arrive over the socket in its emptyDir.
+func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
+	c := m.cfg.Mounter.Pod
+	yes, no := true, false
+	user := int64(nobody)
+	if u := m.cfg.Mounter.UID; u != nil {
+		user = int64(*u)
+	}
+	group := int64(nobody)
+	if g := m.cfg.Mounter.GID; g != nil {
+		group = int64(*g)
+	}
+	grace := int64(30)
+	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	if !c.CPURequest.IsZero() {
+		res.Requests[corev1.ResourceCPU] = c.CPURequest
+	}
+	if !c.MemoryRequest.IsZero() {
+		res.Requests[corev1.ResourceMemory] = c.MemoryRequest
+	}
+	if !c.MemoryOverhead.IsZero() {
+		cache := rec.Params.CacheBytes
+		if cache <= 0 {
+			cache = defaultCacheLimit
+		}
+		limit := c.MemoryOverhead.DeepCopy()
+		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))
+		res.Limits[corev1.ResourceMemory] = limit
+		if q, ok := res.Requests[corev1.ResourceMemory]; ok && q.Cmp(limit) > 0 {
+			res.Requests[corev1.ResourceMemory] = limit
+		}
+	}
+	var owners []metav1.OwnerReference
+	if c.Owner != nil {
+		owners = append(owners, *c.Owner)
+	}
+	var secrets []corev1.LocalObjectReference
+	for _, s := range c.ImagePullSecrets {
+		secrets = append(secrets, corev1.LocalObjectReference{Name: s})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: mounterPodPrefix,
+			Namespace:    c.Namespace,
+			Labels: map[string]string{
+				mounterNameLabel:      "csi-fat",
+				mounterComponentLabel: mounterComponent,
+				mounterVolumeLabel:    volumeHash(rec.ID),
+			},
+			Annotations:     map[string]string{mounterVolumeAnnot: rec.ID},
+			OwnerReferences: owners,
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      m.cfg.NodeID,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			PriorityClassName:             c.PriorityClassName,
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			TerminationGracePeriodSeconds: &grace,
+			ImagePullSecrets:              secrets,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   &yes,
+				RunAsUser:      &user,
+				RunAsGroup:     &group,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            mounterContainer,
+				Image:           c.Image,
+				ImagePullPolicy: corev1.PullPolicy(c.PullPolicy),
+				Args:            []string{"mounter", "--socket=" + mounterSocketDir + "/" + mounterSocketName},
+				Resources:       res,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Privileged:               &no,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts:             []corev1.VolumeMount{{Name: mounterSocketVol, MountPath: mounterSocketDir}},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
+			Volumes: []corev1.Volume{{Name: mounterSocketVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+}
+
+// startMounterPod creates the pod serving a volume and waits until it listens.
+func (m *Manager) startMounterPod(rec VolumeRecord) (*mounterProc, error) {
+	c := m.cfg.Mounter.Pod
+	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
+	pod, err := c.Client.CoreV1().Pods(c.Namespace).Create(ctx, m.mounterPodSpec(rec), metav1.CreateOptions{})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("create mounter pod for %s: %w", rec.ID, err)
+	}
+	ref := podRef{namespace: pod.Namespace, name: pod.Name, uid: pod.UID}
+	socket := c.podSocket(pod.UID)
+	p := &mounterProc{volume: rec.ID, socket: socket, pod: &ref, podCfg: c, gone: make(chan struct{})}
+	klog.InfoS("created mounter pod", "volume", rec.ID, "pod", ref.String(), "uid", ref.uid)
+	if err := p.waitListening(); err != nil {
+		p.kill()
+		return nil, err
+	}
+	if err := p.watch(); err != nil {
+		p.kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitListening waits until the pod's mounter answers on its socket, failing early when the
+// pod cannot start (its image cannot be pulled, it ended).
+func (p *mounterProc) waitListening() error {
+	timeout := p.podCfg.StartTimeout
+	if timeout <= 0 {
+		timeout = defaultPodStart
+	}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(p.socket); err == nil {
+			c, err := dialMounter(p.socket, time.Second)
+			if err == nil {
+				c.Close()
+				return nil
+			}
+			last = err
+		}
+		pod, err := p.getPod()
+		if err != nil {
+			return err
+		}
+		if why := podStuck(pod); why != "" {
+			return fmt.Errorf("mounter pod %s: %s", p.pod, why)
+		}
+		last = fmt.Errorf("pod is %s", pod.Status.Phase)
+		time.Sleep(podPollInterval)
+	}
+	return fmt.Errorf("mounter pod %s did not listen at %s within %v: %v", p.pod, p.socket, timeout, last)
+}
+
+// podStuck says why a pod will never serve, or "".
+func podStuck(pod *corev1.Pod) string {
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return "ended: " + podEnding(pod)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return fmt.Sprintf("%s: %s", w.Reason, w.Message)
+			}
+		}
+	}
+	return ""
+}
+
+// podEnding says how a pod's mounter container ended, as far as its status tells.
+func podEnding(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			s := fmt.Sprintf("%s (exit code %d", t.Reason, t.ExitCode)
+			if t.Signal != 0 {
+				s += fmt.Sprintf(", signal %d", t.Signal)
+			}
+			s += ")"
+			if msg := strings.TrimSpace(t.Message); msg != "" {
+				if len(msg) > 300 {
+					msg = "…" + msg[len(msg)-300:]
+				}
+				s += ": " + msg
+			}
+			return s
+		}
+	}
+	if pod.DeletionTimestamp != nil {
+		return "deleted"
+	}
+	return string(pod.Status.Phase)
+}
+
+func (p *mounterProc) getPod() (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
+	defer cancel()
+	pod, err := p.podCfg.Client.CoreV1().Pods(p.pod.namespace).Get(ctx, p.pod.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("mounter pod %s: %w", p.pod, err)
+	}
+	if pod.UID != p.pod.uid {
+		return nil, fmt.Errorf("mounter pod %s: %w", p.pod, errPodReplaced)
+	}
+	return pod, nil
+}
+
+var errPodReplaced = errors.New("replaced by another pod of that name")
+
+// podEnded says how the pod ended, once its control connection did: the kubelet may take a
+// moment to report the container's end.
+func (p *mounterProc) podEnded(connErr error) string {
+	why := fmt.Sprintf("its control connection ended (%v)", connErr)
+	for i := 0; i < 30; i++ {
+		pod, err := p.getPod()
+		if err != nil {
+			if apierrors.IsNotFound(errors.Unwrap(err)) || errors.Is(err, errPodReplaced) {
+				why = "deleted"
+			}
+			break
+		}
+		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || pod.DeletionTimestamp != nil {
+			why = podEnding(pod)
+			break
+		}
+		time.Sleep(podPollInterval)
+	}
+	return fmt.Sprintf("the mounter pod %s ended: %s; see kubectl logs -n %s %s", p.pod, why, p.pod.namespace, p.pod.name)
+}
+
+// deletePod removes the pod at once (no grace: either its volume was unmounted and it has
+// exited, or it must end now) and waits until it is gone.
+func (p *mounterProc) deletePod() {
+	c := p.podCfg.Client.CoreV1().Pods(p.pod.namespace)
+	zero := int64(0)
+	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
+	err := c.Delete(ctx, p.pod.name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.pod.uid}})
+	cancel()
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.ErrorS(err, "deleting mounter pod", "pod", p.pod.String())
+		return
+	}
+	deadline := time.Now().Add(podDeleteWait)
+	for time.Now().Before(deadline) {
+		if _, err := p.getPod(); err != nil {
+			break
+		}
+		time.Sleep(podPollInterval)
+	}
+	klog.InfoS("deleted mounter pod", "volume", p.volume, "pod", p.pod.String())
+}
+
+// mounterPods lists the mounter pods on this node.
+func (m *Manager) mounterPods() ([]corev1.Pod, error) {
+	c := m.cfg.Mounter.Pod
+	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
+	defer cancel()
+	list, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{mounterComponentLabel: mounterComponent, mounterNameLabel: "csi-fat"}).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.cfg.NodeID).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list mounter pods on node %s: %w", m.cfg.NodeID, err)
+	}
+	return list.Items, nil
+}
+
+// podMounter is the mounterProc of a pod found by listing.
+func (m *Manager) podMounter(pod *corev1.Pod) *mounterProc {
+	c := m.cfg.Mounter.Pod
+	return &mounterProc{
+		volume: pod.Annotations[mounterVolumeAnnot],
+		socket: c.podSocket(pod.UID),
+		pod:    &podRef{namespace: pod.Namespace, name: pod.Name, uid: pod.UID},
+		podCfg: c,
+		gone:   make(chan struct{}),
+	}
+}
+
+// removeOrphanMounterPods removes every mounter pod on this node that no staged volume's record
+// names: a live one's mount is unmounted unless a staged volume lives there, and it is asked to
+// stop first, so that it writes its volume back.
+func (m *Manager) removeOrphanMounterPods() {
+	pods, err := m.mounterPods()
+	if err != nil {
+		klog.ErrorS(err, "looking for orphaned mounter pods")
+		return
+	}
+	m.mu.Lock()
+	known := map[types.UID]bool{}
+	staging := map[string]bool{}
+	for _, st := range m.state.Staged {
+		staging[st.Path] = true
+		if st.Mounter != nil && st.Mounter.PodUID != "" {
+			known[types.UID(st.Mounter.PodUID)] = true
+		}
+	}
+	m.mu.Unlock()
+	for i := range pods {
+		pod := &pods[i]
+		if known[pod.UID] || pod.DeletionTimestamp != nil {
+			continue
+		}
+		p := m.podMounter(pod)
+		if pod.Status.Phase == corev1.PodRunning {
+			m.stopOrphan(p, staging)
+		}
+		klog.InfoS("removing an orphaned mounter pod", "pod", p.pod.String(), "volume", p.volume, "phase", pod.Status.Phase)
+		p.deletePod()
+	}
+}
