@@ -25,7 +25,7 @@ type containerStatus struct {
 	Name         string `json:"name"`
 	Ready        bool   `json:"ready"`
 	RestartCount int    `json:"restartCount"`
-	State struct {
+	State        struct {
 		Waiting *struct {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
