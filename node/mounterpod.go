@@ -313,13 +313,14 @@ func (p *mounterProc) podEnded(connErr error) string {
 	return fmt.Sprintf("the mounter pod %s ended: %s; see kubectl logs -n %s %s", p.pod, why, p.pod.namespace, p.pod.name)
 }
 
-// deletePod removes the pod at once (no grace: either its volume was unmounted and it has
-// exited, or it must end now) and waits until it is gone.
+// deletePod removes the pod with a grace period of a second (either its volume was unmounted
+// and it has exited, or it must end now) and waits until it is gone. Not zero: that would remove
+// the object before the kubelet has ended the process, and the caller needs it ended.
 func (p *mounterProc) deletePod() {
 	c := p.podCfg.Client.CoreV1().Pods(p.pod.namespace)
-	zero := int64(0)
+	grace := int64(1)
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
-	err := c.Delete(ctx, p.pod.name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &p.pod.uid}})
+	err := c.Delete(ctx, p.pod.name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &p.pod.uid}})
 	cancel()
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		klog.ErrorS(err, "deleting mounter pod", "pod", p.pod.String())
@@ -328,11 +329,12 @@ func (p *mounterProc) deletePod() {
 	deadline := time.Now().Add(podDeleteWait)
 	for time.Now().Before(deadline) {
 		if _, err := p.getPod(); err != nil {
-			break
+			klog.InfoS("deleted mounter pod", "volume", p.volume, "pod", p.pod.String())
+			return
 		}
 		time.Sleep(podPollInterval)
 	}
-	klog.InfoS("deleted mounter pod", "volume", p.volume, "pod", p.pod.String())
+	klog.InfoS("mounter pod not gone yet; the kubelet will finish its deletion", "volume", p.volume, "pod", p.pod.String(), "waited", podDeleteWait)
 }
 
 // mounterPods lists the mounter pods on this node.
