@@ -104,6 +104,7 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates: comma-separated globs (sd* for USB sticks, mmcblk* for SD/MMC cards)")
 	fs.StringVar(&f.usbCfg.DevDir, "usb-dev-dir", f.usbCfg.DevDir, "directory of the device nodes")
 	fs.StringVar(&f.usbCfg.ByIDDir, "usb-by-id-dir", f.usbCfg.ByIDDir, "directory of stable device names, which identify devices across re-plugging")
+	fs.StringVar(&f.usbCfg.MountInfo, "usb-mount-info", f.usbCfg.MountInfo, "the host's mount table: devices mounted there (or with a partition mounted) are busy and never claimed; in a container, /proc/1/mountinfo with the host's PID namespace (hostPID), since the container's own table does not show the host's mounts")
 	fs.Var(&f.allowVendor, "usb-allow-vendor", "only use devices whose vendor matches this shell pattern (repeatable)")
 	fs.Var(&f.denyVendor, "usb-deny-vendor", "never use devices whose vendor matches this shell pattern (repeatable)")
 	fs.Var(&f.allowModel, "usb-allow-model", "only use devices whose model matches (repeatable)")

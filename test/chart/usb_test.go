@@ -21,6 +21,9 @@ func TestUSBOff(t *testing.T) {
 	if got := len(pod.Volumes); got != 7 {
 		t.Errorf("%d volumes, want the 7 of the default node plugin", got)
 	}
+	if pod.HostPID {
+		t.Error("hostPID with usb.enabled false: only the pool's look at the host's mount table needs it")
+	}
 }
 
 func TestUSBOnDefaultPaths(t *testing.T) {
@@ -34,11 +37,16 @@ func TestUSBOnDefaultPaths(t *testing.T) {
 		"usb-sysfs-root":  "/sys",
 		"usb-by-id-dir":   "/dev/disk/by-id",
 		"usb-dev-dir":     "/dev",
-		"usb-device-glob": "sd*",
+		"usb-device-glob": "sd*,mmcblk*", // the driver's default: USB disks and SD cards
+		"usb-mount-info":  "/proc/1/mountinfo",
 	} {
 		if got := driver.flag(t, flag); got != want {
 			t.Errorf("--%s=%q, want %q", flag, got, want)
 		}
+	}
+	// The host's mount table is the host init's, seen through the host's PID namespace.
+	if !pod.HostPID {
+		t.Error("no hostPID: /proc/1/mountinfo would be the container's own mount table")
 	}
 	// /sys and /dev are mounted anyway: nothing more.
 	if got := len(pod.Volumes); got != 7 {
@@ -123,5 +131,17 @@ func TestUSBAllowDenyLists(t *testing.T) {
 		if got := driver.flagValues(flag); !slices.Equal(got, want) {
 			t.Errorf("--%s values %q, want %q", flag, got, want)
 		}
+	}
+}
+
+// TestUSBContainerMountTable: usb.hostMountTable=false leaves the driver its container's own
+// mount table and the pod its own PID namespace.
+func TestUSBContainerMountTable(t *testing.T) {
+	pod := render(t, "--set", "usb.enabled=true", "--set", "usb.hostMountTable=false").nodePlugin(t)
+	if pod.HostPID {
+		t.Error("hostPID with usb.hostMountTable=false")
+	}
+	if got := pod.container(t, "csi-fat").flag(t, "usb-mount-info"); got != "" {
+		t.Errorf("--usb-mount-info=%q with usb.hostMountTable=false", got)
 	}
 }
