@@ -95,13 +95,21 @@ func (c *USBConfig) scanUSB(filtered bool) ([]usbDevice, error) {
 	return out, nil
 }
 
-// excludedByLists is the reason of a device that the allow and deny lists leave out. Only the
-// lists do that to a device a volume was already made on: it keeps working.
-const excludedByLists = "left out by the allow and deny lists"
+// Why a device the scan looked at is not a member of the pool. excludedByLists is the only reason
+// that does not stop a volume already made on the device: it keeps working.
+const (
+	excludedByLists      = "left out by the allow and deny lists"
+	excludedNotWhole     = "not a whole block device (a partition, or gone)"
+	excludedNotRemovable = "not removable, and no include pattern names it"
+	excludedNotOnBus     = "not on a USB or MMC bus, and no include pattern names it"
+	excludedNoMedium     = "no medium"
+	excludedNoIdentity   = "no serial number and no by-id name: it could not be found again after a re-plug"
+)
 
 // scanSeen looks at every candidate: the names under <SysfsRoot>/block the device glob matches,
 // and the devices the include patterns name. Members of the pool come first, smallest first;
-// the others after them by kernel name, each with the reason it is not a member.
+// then those the allow and deny lists leave out, then the others, each with the reason it is not
+// a member.
 func (c *USBConfig) scanSeen() ([]seenDevice, error) {
 	names := map[string]bool{}
 	for _, glob := range strings.Split(c.DeviceGlob, ",") {
@@ -134,10 +142,19 @@ func (c *USBConfig) scanSeen() ([]seenDevice, error) {
 		}
 		out = append(out, d)
 	}
+	rank := func(d seenDevice) int {
+		switch d.Excluded {
+		case "":
+			return 0
+		case excludedByLists:
+			return 1
+		}
+		return 2
+	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if (a.Excluded == "") != (b.Excluded == "") {
-			return a.Excluded == ""
+		if rank(a) != rank(b) {
+			return rank(a) < rank(b)
 		}
 		if a.Excluded == "" && a.Size != b.Size {
 			return a.Size < b.Size
@@ -175,8 +192,10 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 		d.ByID, d.ByPath = byID[real], byPath[real]
 	}
 	if _, err := os.Stat(sys); err != nil {
-		return seenDevice{d, "not a whole block device (a partition, or gone)"}
+		return seenDevice{d, excludedNotWhole}
 	}
+	sectors, _ := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
+	d.Size = max(sectors, 0) * 512 // sysfs counts 512-byte sectors whatever the device's block size
 	included := matchAny(c.IncludeByID, d.ByID) || matchAny(c.IncludeByPath, d.ByPath)
 	dev, err := filepath.EvalSymlinks(filepath.Join(sys, "device"))
 	usb := err == nil && onUSBBus(dev)
@@ -187,15 +206,13 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 	switch {
 	case included:
 	case readAttr(sys, "removable") != "1":
-		return seenDevice{d, "not removable, and no include pattern names it"}
+		return seenDevice{d, excludedNotRemovable}
 	case !usb && !mmc:
-		return seenDevice{d, "not on a USB or MMC bus, and no include pattern names it"}
+		return seenDevice{d, excludedNotOnBus}
 	}
-	sectors, err := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
-	if err != nil || sectors <= 0 {
-		return seenDevice{d, "no medium"} // an empty card reader, or unreadable
+	if d.Size == 0 {
+		return seenDevice{d, excludedNoMedium} // an empty card reader, or unreadable
 	}
-	d.Size = sectors * 512 // sysfs counts 512-byte sectors whatever the device's block size
 	if dev != "" {
 		d.Vendor, d.Model, d.Serial = readAttr(dev, "vendor"), readAttr(dev, "model"), usbSerial(dev)
 	}
@@ -220,7 +237,7 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 		// The administrator named the port: the device is found again in that port.
 		d.ID = d.ByPath[0]
 	default:
-		return seenDevice{d, "no serial number and no by-id name: it could not be found again after a re-plug"}
+		return seenDevice{d, excludedNoIdentity}
 	}
 	d.Busy = busyReason(sys, kernel, mounted)
 	return seenDevice{d, ""}

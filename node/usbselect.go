@@ -112,7 +112,7 @@ func usbCapacity(free []usbDevice, params Params) int64 {
 		if params.Wipe {
 			return d.Size
 		}
-		state, _ := probeMedium(d)
+		state, _, _ := probeMedium(d)
 		if state == mediumFAT || (state == mediumBlank && !params.Adopt) {
 			return d.Size
 		}
