@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -147,6 +148,24 @@ func BackingFile(s *Stick) (string, error) {
 		return "", fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// Detach unplugs one stick of a tree made by NewHost, detaches its loop device and removes its
+// image: a stick a test added for itself goes at its end, while the tree's others stay.
+func (f *Fake) Detach(s *Stick) error {
+	var errs []error
+	for _, p := range []string{s.SysDir, s.ByIDLink, s.ByPathLink} {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("stick %s: %w", s.Loop, err))
+		}
+	}
+	back, err := BackingFile(s)
+	errs = append(errs, err, detach(s.Loop))
+	if err == nil {
+		errs = append(errs, os.Remove(back))
+	}
+	f.Sticks = slices.DeleteFunc(f.Sticks, func(o *Stick) bool { return o == s })
+	return errors.Join(errs...)
 }
 
 // Close detaches the loop devices of a tree made by NewHost and removes its directory.
