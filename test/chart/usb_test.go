@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/node"
 )
 
 func TestUSBOff(t *testing.T) {
@@ -33,12 +35,15 @@ func TestUSBOnDefaultPaths(t *testing.T) {
 	if !driver.hasArg("--media-pool") {
 		t.Errorf("no --media-pool: %v", driver.Args)
 	}
+	// The chart's defaults are the driver's, but for the mount table: the host's, not the
+	// container's.
+	def := node.DefaultUSBConfig()
 	for flag, want := range map[string]string{
-		"media-sysfs-root":  "/sys",
-		"media-by-id-dir":   "/dev/disk/by-id",
-		"media-by-path-dir": "/dev/disk/by-path",
-		"media-dev-dir":     "/dev",
-		"media-device-glob": "sd*,mmcblk*", // the driver's default: USB disks and SD cards
+		"media-sysfs-root":  def.SysfsRoot,
+		"media-by-id-dir":   def.ByIDDir,
+		"media-by-path-dir": def.ByPathDir,
+		"media-dev-dir":     def.DevDir,
+		"media-device-glob": def.DeviceGlob, // USB disks and SD cards
 		"media-mount-info":  "/proc/1/mountinfo",
 	} {
 		if got := driver.flag(t, flag); got != want {
