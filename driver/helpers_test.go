@@ -120,11 +120,11 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-// withUSB enables the USB pool on a fake sysfs tree.
+// withUSB enables the removable-media pool on a fake sysfs tree.
 func withUSB(f *usbtest.Fake) func(*Config) {
 	return func(c *Config) {
 		u := node.DefaultUSBConfig()
-		u.SysfsRoot, u.ByIDDir, u.DevDir, u.DeviceGlob = f.SysfsRoot, f.ByIDDir, f.DevDir, f.Glob
+		u.SysfsRoot, u.ByIDDir, u.ByPathDir, u.DevDir, u.DeviceGlob = f.SysfsRoot, f.ByIDDir, f.ByPathDir, f.DevDir, f.Glob
 		c.Node.USB = &u
 	}
 }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +11,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// listenHTTP serves metrics and the health check, on one server when they share an address.
+// listenHTTP serves metrics, the health check and the removable-media status, on one server when
+// they share an address.
 func (d *Driver) listenHTTP() error {
 	muxes := map[string]*http.ServeMux{}
 	mux := func(addr string) *http.ServeMux {
@@ -24,6 +26,10 @@ func (d *Driver) listenHTTP() error {
 	}
 	if a := d.cfg.HealthAddress; a != "" {
 		mux(a).HandleFunc("/healthz", d.healthz)
+	}
+	// The removable-media status goes next to the metrics, else next to the health check.
+	if a := cmp.Or(d.cfg.MetricsAddress, d.cfg.HealthAddress); a != "" && d.manager.USBEnabled() {
+		mux(a).HandleFunc("/media", d.mediaStatus)
 	}
 	d.addrs = map[string]net.Addr{}
 	for addr, m := range muxes {

@@ -45,7 +45,7 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	}
 	if params.Pool == PoolUSB {
 		if m.usb == nil {
-			return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "the usb pool is not enabled on node %s", m.cfg.NodeID)
+			return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
 		}
 		if params.Adopt {
 			return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "%s=true keeps a stick's own files; a volume from a snapshot or a volume holds its source's", ParamAdopt)
@@ -203,11 +203,11 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
 		} else if err != nil {
-			return VolumeRecord{}, status.Errorf(codes.Internal, "usb device %s (%s): %v", d.ID, d.Path, err)
+			return VolumeRecord{}, status.Errorf(codes.Internal, "removable medium %s (%s): %v", d.ID, d.Path, err)
 		}
 		how, err := fill(dev.OSFile())
 		if cerr := dev.Close(); err == nil && cerr != nil {
-			err = status.Errorf(codes.Internal, "usb device %s (%s): %v", d.ID, d.Path, cerr)
+			err = status.Errorf(codes.Internal, "removable medium %s (%s): %v", d.ID, d.Path, cerr)
 		}
 		if err != nil {
 			return VolumeRecord{}, err
@@ -233,7 +233,7 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 	}
 	why = append(why, skipped...)
 	if len(why) == 0 {
-		why = []string{"no free usb device is attached"}
+		why = []string{"no free removable medium is attached"}
 	}
 	return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, size, limit, strings.Join(why, "; "))
 }

@@ -123,7 +123,7 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 	case required <= rec.Size:
 		return rec.Size, nil
 	case rec.Device != "":
-		return 0, status.Errorf(codes.OutOfRange, "volume %s is usb device %s of %d bytes and cannot grow to %d: a device's size is fixed", rec.ID, rec.Device, rec.Size, required)
+		return 0, status.Errorf(codes.OutOfRange, "volume %s is removable medium %s of %d bytes and cannot grow to %d: a device's size is fixed", rec.ID, rec.Device, rec.Size, required)
 	}
 	if required > rec.MaxSize {
 		return 0, status.Errorf(codes.OutOfRange, "volume %s can grow to at most %d bytes, %d asked: its FATs were made for that (StorageClass parameter %s, else room for growth to %dx, see docs/driver.md), and the FAT type cannot change in place",

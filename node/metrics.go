@@ -24,8 +24,10 @@ var (
 		"Volumes on this node, by pool, and how many of them are staged.",
 		[]string{"pool", "staged"}, nil)
 	descUSBDevices = prometheus.NewDesc("csi_fat_usb_devices",
-		"USB devices the pool may use, by state (claimed, busy, fat, blank, foreign, unreadable) and what they hold "+
-			"(superfloppy, partition; exfat, ntfs, ext4, crypto_LUKS, ..., partition_table, invalid_table, unknown; mounted, held).",
+		"Block devices the removable-media pool looked at, by state (claimed, busy, fat, blank, foreign, unreadable; "+
+			"denied by the allow and deny lists; excluded, not a member) and what they hold or why "+
+			"(superfloppy, partition; exfat, ntfs, ext4, crypto_LUKS, ..., partition_table, invalid_table, unknown; "+
+			"mounted, held; not_removable, not_on_bus, no_medium, no_identity).",
 		[]string{"state", "content"}, nil)
 )
 
@@ -83,18 +85,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collectUSB counts the USB pool's devices by state and content.
+// collectUSB counts the removable-media pool's devices by state and content.
 func (c *Collector) collectUSB(ch chan<- prometheus.Metric) {
 	if c.m.usb == nil {
 		return
 	}
-	media, err := c.m.usbMedia()
+	media, err := c.m.MediaStatus()
 	if err != nil {
 		return
 	}
 	counts := map[[2]string]int{}
 	for _, med := range media {
-		counts[[2]string{med.state, med.content}]++
+		counts[[2]string{med.State, med.Content}]++
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descUSBDevices, prometheus.GaugeValue, float64(n), k[0], k[1])

@@ -91,10 +91,14 @@ func ParseParams(in map[string]string) (Params, error) {
 		var err error
 		switch key {
 		case ParamPool:
-			if val != PoolImage && val != PoolUSB {
-				err = fmt.Errorf("want %q or %q", PoolImage, PoolUSB)
+			switch val {
+			case PoolImage, PoolUSB:
+				p.Pool = val
+			case PoolMedia:
+				p.Pool = PoolUSB // one pool under two names; volume IDs keep usb
+			default:
+				err = fmt.Errorf("want %q or %q (also %q)", PoolImage, PoolMedia, PoolUSB)
 			}
-			p.Pool = val
 		case ParamFATType:
 			switch strings.ToLower(val) {
 			case "auto", "":
@@ -147,7 +151,7 @@ func ParseParams(in map[string]string) (Params, error) {
 			p.Layout, err = parseLayout(val)
 		case ParamWipe:
 			p.Wipe, err = strconv.ParseBool(val)
-		case ParamVendor, ParamModel, ParamSerial, ParamFSLabel:
+		case ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel:
 			err = p.selection.set(key, val)
 		case ParamMaxSize:
 			p.MaxSize, err = parseSize(val)
@@ -170,8 +174,8 @@ func ParseParams(in map[string]string) (Params, error) {
 		return Params{}, fmt.Errorf("unknown parameter(s): %s", strings.Join(unknown, ", "))
 	}
 	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "" || p.Layout != "" || p.Wipe || p.selection != (selection{})) {
-		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
-			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamFSLabel, PoolUSB)
+		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
+			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel, PoolMedia)
 	}
 	if p.FSLabel != "" && !p.Adopt {
 		return Params{}, fmt.Errorf("parameter %s selects a stick by the label of the file system on it, kept only with %s=true", ParamFSLabel, ParamAdopt)

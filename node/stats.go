@@ -17,7 +17,7 @@ import (
 func (m *Manager) condition(rec VolumeRecord, h health, path string) (abnormal bool, msg string) {
 	if rec.Device != "" && m.usb != nil {
 		if _, err := m.usb.findUSB(rec.Device); err != nil {
-			return true, fmt.Sprintf("usb device %s has disappeared: %v", rec.Device, err)
+			return true, fmt.Sprintf("removable medium %s has disappeared: %v", rec.Device, err)
 		}
 	} else if rec.Device == "" {
 		if _, err := os.Stat(m.images.path(rec.Name)); err != nil {

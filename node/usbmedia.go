@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -9,8 +10,9 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 )
 
-// The USB pool's view of each device it may use, so that why a stick is not used shows in the
-// metrics (csi_fat_usb_devices) and not only in the logs.
+// The removable-media pool's view of each device it looks at, so that why a stick is not used
+// shows in the metrics (csi_fat_usb_devices) and on the status page (/media, csi-fat media), not
+// only in the logs.
 const (
 	mediumClaimed    = "claimed"    // a volume has it
 	mediumBusy       = "busy"       // the host uses it: mounted (or a partition is), held by device-mapper or md
@@ -18,54 +20,94 @@ const (
 	mediumBlank      = "blank"      // free and blank: formatted for a new volume
 	mediumForeign    = "foreign"    // free, holds something else: formatted only with wipe=true
 	mediumUnreadable = "unreadable" // free, but its first sectors cannot be read
+	mediumDenied     = "denied"     // a member the allow and deny lists leave out
+	mediumExcluded   = "excluded"   // not a member: not removable, on no USB or MMC bus, no medium, no identity
 )
 
-// usbMedium is one device the pool sees: its state and, for what it holds, a short kind (for
-// fat: superfloppy or partition; for foreign: blkid's type such as exfat, ntfs, ext4,
-// crypto_LUKS, or partition_table, invalid_table, unknown; for busy: mounted or held).
-type usbMedium struct {
-	id, state, content string
+// excludedContent is the short kind of each reason a device is not a member, for the metric.
+var excludedContent = map[string]string{
+	excludedNotWhole:     "partition",
+	excludedNotRemovable: "not_removable",
+	excludedNotOnBus:     "not_on_bus",
+	excludedNoMedium:     "no_medium",
+	excludedNoIdentity:   "no_identity",
 }
 
-// usbMedia classifies every device the pool's filters allow. Free devices are read (a few KiB,
-// layout.Probe) without claiming them.
-func (m *Manager) usbMedia() ([]usbMedium, error) {
-	devs, err := m.usb.scanUSB(true)
+// MediumStatus is one block device the removable-media pool looked at: who it is, its state and
+// what it holds (Content: for fat, superfloppy or partition; for foreign, blkid's type such as
+// exfat, ntfs, ext4, crypto_LUKS, or partition_table, invalid_table, unknown; for busy, mounted or
+// held; for excluded, the kind of reason), and in a sentence why it is or is not usable.
+type MediumStatus struct {
+	ID      string   `json:"id,omitempty"`
+	Kernel  string   `json:"kernel"`
+	Size    int64    `json:"size,omitempty"`
+	Vendor  string   `json:"vendor,omitempty"`
+	Model   string   `json:"model,omitempty"`
+	Serial  string   `json:"serial,omitempty"`
+	ByID    []string `json:"byId,omitempty"`
+	ByPath  []string `json:"byPath,omitempty"`
+	State   string   `json:"state"`
+	Content string   `json:"content,omitempty"`
+	Volume  string   `json:"volume,omitempty"` // the volume ID that claims it
+	Reason  string   `json:"reason"`
+}
+
+// MediaStatus looks at every device the pool's scan sees: members first (smallest first), then
+// the devices it leaves out. Free members are read (a few KiB, layout.Probe) without claiming
+// them.
+func (m *Manager) MediaStatus() ([]MediumStatus, error) {
+	if m.usb == nil {
+		return nil, fmt.Errorf("the removable-media pool is not enabled")
+	}
+	seen, err := m.usb.scanSeen()
 	if err != nil {
 		return nil, err
 	}
-	claimed := map[string]bool{}
+	claimed := map[string]string{}
 	m.mu.Lock()
 	for _, v := range m.state.Volumes {
 		if v.Device != "" {
-			claimed[v.Device] = true
+			claimed[v.Device] = v.ID
 		}
 	}
 	m.mu.Unlock()
-	out := make([]usbMedium, 0, len(devs))
-	for _, d := range devs {
-		med := usbMedium{id: d.ID}
+	out := make([]MediumStatus, 0, len(seen))
+	for _, d := range seen {
+		st := MediumStatus{ID: d.ID, Kernel: d.Kernel, Size: d.Size, Vendor: d.Vendor, Model: d.Model,
+			Serial: d.Serial, ByID: d.ByID, ByPath: d.ByPath}
+		if st.ID == "" && len(d.ByID) > 0 {
+			st.ID = d.ByID[0] // not a member: its name, for the reader
+		}
 		switch {
-		case claimed[d.ID]:
-			med.state = mediumClaimed
+		case d.Excluded == excludedByLists:
+			st.State, st.Reason = mediumDenied, d.Excluded
+			if vol := claimed[d.ID]; vol != "" {
+				// A volume made before the lists changed keeps its device.
+				st.State, st.Volume, st.Reason = mediumClaimed, vol, "claimed by volume "+vol+" (the allow and deny lists now leave it out)"
+			}
+		case d.Excluded != "":
+			st.State, st.Content, st.Reason = mediumExcluded, excludedContent[d.Excluded], d.Excluded
+		case claimed[d.ID] != "":
+			st.State, st.Volume = mediumClaimed, claimed[d.ID]
+			st.Reason = "claimed by volume " + st.Volume
 		case d.Busy != "":
-			med.state, med.content = mediumBusy, "mounted"
+			st.State, st.Content, st.Reason = mediumBusy, "mounted", d.Busy
 			if !strings.HasPrefix(d.Busy, "mounted") {
-				med.content = "held"
+				st.Content = "held"
 			}
 		default:
-			med.state, med.content = probeMedium(d)
+			st.State, st.Content, st.Reason = probeMedium(d.usbDevice)
 		}
-		out = append(out, med)
+		out = append(out, st)
 	}
 	return out, nil
 }
 
-// probeMedium names what a free device holds.
-func probeMedium(d usbDevice) (state, content string) {
+// probeMedium names what a free device holds, and why that makes it usable or not.
+func probeMedium(d usbDevice) (state, content, reason string) {
 	f, err := os.Open(d.Path)
 	if err != nil {
-		return mediumUnreadable, ""
+		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
 	defer f.Close()
 	lbs := 512
@@ -73,23 +115,27 @@ func probeMedium(d usbDevice) (state, content string) {
 		lbs = int(n)
 	}
 	r, err := layout.Probe(rawMedium{f, d.Size, lbs})
+	const usable = ": adopted by adopt=true, formatted for a new volume"
 	switch {
 	case err != nil:
-		return mediumUnreadable, ""
+		return mediumUnreadable, "", fmt.Sprintf("its first sectors cannot be read: %v", err)
 	case r.Usable && r.FAT.Number == 0:
-		return mediumFAT, "superfloppy"
+		return mediumFAT, "superfloppy", "holds FAT on the whole device" + usable
 	case r.Usable:
-		return mediumFAT, "partition"
+		return mediumFAT, "partition", fmt.Sprintf("holds FAT in partition %d (%d bytes at %d)%s", r.FAT.Number, r.FAT.Size, r.FAT.Start, usable)
 	case r.Blank:
-		return mediumBlank, ""
-	case r.Whole != nil:
-		return mediumForeign, r.Whole.Type
-	case r.Layout == nil:
-		return mediumForeign, "invalid_table"
-	case r.Layout.Kind == layout.MBR || r.Layout.Kind == layout.GPT:
-		return mediumForeign, "partition_table"
+		return mediumBlank, "", "blank: formatted for a new volume"
 	}
-	return mediumForeign, "unknown"
+	reason = r.Reason + " (" + ParamWipe + "=true formats it)"
+	switch {
+	case r.Whole != nil:
+		return mediumForeign, r.Whole.Type, reason
+	case r.Layout == nil:
+		return mediumForeign, "invalid_table", reason
+	case r.Layout.Kind == layout.MBR || r.Layout.Kind == layout.GPT:
+		return mediumForeign, "partition_table", reason
+	}
+	return mediumForeign, "unknown", reason
 }
 
 // rawMedium reads a device opened without a claim: a look at what it holds, nothing more.

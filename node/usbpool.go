@@ -80,17 +80,17 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
 		} else if errors.As(err, &foreign) {
-			klog.InfoS("usb device not formatted: it holds something else than FAT", "device", d.ID, "reason", foreign.reason)
+			klog.InfoS("removable medium not formatted: it holds something else than FAT", "device", d.ID, "reason", foreign.reason)
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err))
 			continue
 		} else if err != nil {
-			return usbDevice{}, status.Errorf(codes.Internal, "format usb device %s (%s): %v", d.ID, d.Path, err)
+			return usbDevice{}, status.Errorf(codes.Internal, "format removable medium %s (%s): %v", d.ID, d.Path, err)
 		}
 		return d, nil
 	}
 	why = append(why, skipped...)
 	if len(why) == 0 {
-		why = []string{"no free usb device is attached"}
+		why = []string{"no free removable medium is attached"}
 	}
 	return usbDevice{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, required, limit, strings.Join(why, "; "))
 }

@@ -12,13 +12,16 @@ import (
 	"unicode"
 )
 
-// USBConfig says where to look for USB devices and which may be used. The defaults are the real
-// system's places; tests point them at a tree of their own whose devices are loop devices.
+// USBConfig says where to look for removable media (USB disks, SD/MMC cards, and any block
+// device an administrator names by a by-id or by-path pattern) and which may be used. The
+// defaults are the real system's places; tests point them at a tree of their own whose devices
+// are loop devices. The type keeps the pool's first name, usb, which volume IDs still carry.
 type USBConfig struct {
 	SysfsRoot  string // "/sys": block devices are <SysfsRoot>/block/<name>
 	DeviceGlob string // "sd*,mmcblk*": which names under <SysfsRoot>/block are candidates (comma-separated globs)
 	DevDir     string // "/dev": where <name>'s device node is
 	ByIDDir    string // "/dev/disk/by-id": stable names of devices
+	ByPathDir  string // "/dev/disk/by-path": names of devices by the port they are plugged into
 	MountInfo  string // "/proc/self/mountinfo": devices mounted by the host are never claimed
 
 	// Allow and deny lists, each a list of shell patterns (path.Match). A device is usable when
@@ -27,24 +30,34 @@ type USBConfig struct {
 	AllowModels, DenyModels   []string
 	AllowSerials, DenySerials []string
 	AllowByID, DenyByID       []string // matched against the names in ByIDDir
+	AllowByPath, DenyByPath   []string // matched against the names in ByPathDir
+
+	// IncludeByID and IncludeByPath make any whole block device with a matching by-id or
+	// by-path name a member of the pool, removable or not, on whatever bus (a card reader that
+	// reports fixed media, a SATA hot-swap bay); the allow and deny lists still apply. The
+	// device glob does not limit them.
+	IncludeByID, IncludeByPath []string
 }
 
-// DefaultUSBConfig is the real system's layout with no allow or deny lists.
+// DefaultUSBConfig is the real system's layout with no allow, deny or include lists.
 func DefaultUSBConfig() USBConfig {
 	return USBConfig{
 		SysfsRoot:  "/sys",
 		DeviceGlob: "sd*,mmcblk*",
 		DevDir:     "/dev",
 		ByIDDir:    "/dev/disk/by-id",
+		ByPathDir:  "/dev/disk/by-path",
 		MountInfo:  "/proc/self/mountinfo",
 	}
 }
 
-// usbDevice is a whole removable block device on a USB bus.
+// usbDevice is a whole block device of the pool: a removable disk on a USB bus, an SD/MMC card,
+// or a device an include pattern names.
 type usbDevice struct {
 	// ID is the device's stable identity: its by-id name (usb-<vendor>_<model>_<serial>-0:0 as
-	// udev makes it) when there is one, else one built the same way from sysfs. It survives
-	// re-plugging, unlike the kernel name.
+	// udev makes it) when there is one, else one built the same way from sysfs, else (for a
+	// device an include pattern names) its by-path name. It survives re-plugging, unlike the
+	// kernel name.
 	ID     string
 	Kernel string // sdb: for messages only
 	Path   string // /dev/sdb, valid until the device goes away
@@ -53,37 +66,103 @@ type usbDevice struct {
 	Model  string
 	Serial string
 	ByID   []string
+	ByPath []string
 	// Busy says why the host is using the device (mounted, held by device-mapper), or "".
 	Busy string
 }
 
-// scanUSB lists the USB devices present, filters applied or not. Devices that cannot be
-// identified stably (no serial and no by-id name) are left out: a volume must find its device
+// seenDevice is a block device the scan looked at, and why it is not in the pool ("" when it
+// is), for the status page: what an administrator sees when a stick is not used.
+type seenDevice struct {
+	usbDevice
+	Excluded string
+}
+
+// scanUSB lists the devices of the pool present, filters applied or not. Devices that cannot
+// be identified stably (no serial and no by-id name) are left out: a volume must find its device
 // again after a re-plug.
 func (c *USBConfig) scanUSB(filtered bool) ([]usbDevice, error) {
-	var names []string
+	seen, err := c.scanSeen()
+	if err != nil {
+		return nil, err
+	}
+	var out []usbDevice
+	for _, d := range seen {
+		if d.Excluded == "" || (!filtered && d.Excluded == excludedByLists) {
+			out = append(out, d.usbDevice)
+		}
+	}
+	return out, nil
+}
+
+// Why a device the scan looked at is not a member of the pool. excludedByLists is the only reason
+// that does not stop a volume already made on the device: it keeps working.
+const (
+	excludedByLists      = "left out by the allow and deny lists"
+	excludedNotWhole     = "not a whole block device (a partition, or gone)"
+	excludedNotRemovable = "not removable, and no include pattern names it"
+	excludedNotOnBus     = "not on a USB or MMC bus, and no include pattern names it"
+	excludedNoMedium     = "no medium"
+	excludedNoIdentity   = "no serial number and no by-id name: it could not be found again after a re-plug"
+)
+
+// scanSeen looks at every candidate: the names under <SysfsRoot>/block the device glob matches,
+// and the devices the include patterns name. Members of the pool come first, smallest first;
+// then those the allow and deny lists leave out, then the others, each with the reason it is not
+// a member.
+func (c *USBConfig) scanSeen() ([]seenDevice, error) {
+	names := map[string]bool{}
 	for _, glob := range strings.Split(c.DeviceGlob, ",") {
 		found, err := filepath.Glob(filepath.Join(c.SysfsRoot, "block", glob))
 		if err != nil {
-			return nil, fmt.Errorf("usb pool: device glob %q: %w", glob, err)
+			return nil, fmt.Errorf("removable media: device glob %q: %w", glob, err)
 		}
-		names = append(names, found...)
+		for _, f := range found {
+			names[filepath.Base(f)] = true
+		}
 	}
-	byID := c.readByID()
+	byID := readLinks(c.ByIDDir)
+	byPath := readLinks(c.ByPathDir)
+	for _, m := range []struct {
+		links    map[string][]string
+		patterns []string
+	}{{byID, c.IncludeByID}, {byPath, c.IncludeByPath}} {
+		for real, links := range m.links {
+			if matchAny(m.patterns, links) && strings.HasPrefix(real, c.DevDir+"/") {
+				names[filepath.Base(real)] = true // a partition has no /sys/block entry: probe says so
+			}
+		}
+	}
 	mounted := c.mountedDevices()
-	var out []usbDevice
-	for _, sys := range names {
-		d, ok := c.probe(sys, byID, mounted)
-		if !ok || (filtered && !c.allowed(&d)) {
-			continue
+	var out []seenDevice
+	for name := range names {
+		d := c.probe(filepath.Join(c.SysfsRoot, "block", name), byID, byPath, mounted)
+		if d.Excluded == "" && !c.allowed(&d.usbDevice) {
+			d.Excluded = excludedByLists
 		}
 		out = append(out, d)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Size != out[j].Size {
-			return out[i].Size < out[j].Size
+	rank := func(d seenDevice) int {
+		switch d.Excluded {
+		case "":
+			return 0
+		case excludedByLists:
+			return 1
 		}
-		return out[i].ID < out[j].ID
+		return 2
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if rank(a) != rank(b) {
+			return rank(a) < rank(b)
+		}
+		if a.Excluded == "" && a.Size != b.Size {
+			return a.Size < b.Size
+		}
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Kernel < b.Kernel
 	})
 	return out, nil
 }
@@ -100,37 +179,45 @@ func (c *USBConfig) findUSB(id string) (usbDevice, error) {
 			return d, nil
 		}
 	}
-	return usbDevice{}, fmt.Errorf("usb device %s is not attached: %w", id, os.ErrNotExist)
+	return usbDevice{}, fmt.Errorf("removable medium %s is not attached: %w", id, os.ErrNotExist)
 }
 
-// probe reads one /sys/block entry; ok is false for what is not a removable USB disk.
-func (c *USBConfig) probe(sys string, byID map[string][]string, mounted map[string]bool) (usbDevice, bool) {
+// probe reads one /sys/block entry and says why it is not a member of the pool, if it is not:
+// not removable nor on a USB or MMC bus (and named by no include pattern), no medium, no stable
+// identity.
+func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted map[string]bool) seenDevice {
 	kernel := filepath.Base(sys)
-	if readAttr(sys, "removable") != "1" {
-		return usbDevice{}, false
+	d := usbDevice{Kernel: kernel, Path: filepath.Join(c.DevDir, kernel)}
+	if real, err := filepath.EvalSymlinks(d.Path); err == nil {
+		d.ByID, d.ByPath = byID[real], byPath[real]
 	}
+	if _, err := os.Stat(sys); err != nil {
+		return seenDevice{d, excludedNotWhole}
+	}
+	sectors, _ := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
+	d.Size = max(sectors, 0) * 512 // sysfs counts 512-byte sectors whatever the device's block size
+	included := matchAny(c.IncludeByID, d.ByID) || matchAny(c.IncludeByPath, d.ByPath)
 	dev, err := filepath.EvalSymlinks(filepath.Join(sys, "device"))
+	usb := err == nil && onUSBBus(dev)
 	mmc := err == nil && onMMCBus(dev)
-	if err != nil || !(onUSBBus(dev) || mmc) {
-		return usbDevice{}, false
+	if err != nil {
+		dev = ""
 	}
-	sectors, err := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
-	if err != nil || sectors <= 0 {
-		return usbDevice{}, false // no medium in a card reader, or unreadable
+	switch {
+	case included:
+	case readAttr(sys, "removable") != "1":
+		return seenDevice{d, excludedNotRemovable}
+	case !usb && !mmc:
+		return seenDevice{d, excludedNotOnBus}
 	}
-	d := usbDevice{
-		Kernel: kernel,
-		Path:   filepath.Join(c.DevDir, kernel),
-		Size:   sectors * 512, // sysfs counts 512-byte sectors whatever the device's block size
-		Vendor: readAttr(dev, "vendor"),
-		Model:  readAttr(dev, "model"),
-		Serial: usbSerial(dev),
+	if d.Size == 0 {
+		return seenDevice{d, excludedNoMedium} // an empty card reader, or unreadable
+	}
+	if dev != "" {
+		d.Vendor, d.Model, d.Serial = readAttr(dev, "vendor"), readAttr(dev, "model"), usbSerial(dev)
 	}
 	if mmc {
 		d.Vendor, d.Model, d.Serial = mmcIdentity(dev)
-	}
-	if real, err := filepath.EvalSymlinks(d.Path); err == nil {
-		d.ByID = byID[real]
 	}
 	for _, id := range d.ByID {
 		if strings.HasPrefix(id, "usb-") || strings.HasPrefix(id, "mmc-") {
@@ -138,20 +225,22 @@ func (c *USBConfig) probe(sys string, byID map[string][]string, mounted map[stri
 			break
 		}
 	}
-	if d.ID == "" && len(d.ByID) > 0 {
+	switch {
+	case d.ID != "":
+	case len(d.ByID) > 0:
 		d.ID = d.ByID[0]
-	}
-	if d.ID == "" {
-		if d.Serial == "" {
-			return usbDevice{}, false
-		}
+	case usb && d.Serial != "":
 		d.ID = "usb-" + udevSafe(d.Vendor+"_"+d.Model+"_"+d.Serial)
-		if mmc {
-			d.ID = "mmc-" + udevSafe(d.Model+"_"+d.Serial) // as udev's by-id link names a card
-		}
+	case mmc && d.Serial != "":
+		d.ID = "mmc-" + udevSafe(d.Model+"_"+d.Serial) // as udev's by-id link names a card
+	case included && len(d.ByPath) > 0:
+		// The administrator named the port: the device is found again in that port.
+		d.ID = d.ByPath[0]
+	default:
+		return seenDevice{d, excludedNoIdentity}
 	}
 	d.Busy = busyReason(sys, kernel, mounted)
-	return d, true
+	return seenDevice{d, ""}
 }
 
 // onUSBBus tells whether a resolved sysfs device path runs through a USB controller
@@ -200,16 +289,16 @@ func busyReason(sys, kernel string, mounted map[string]bool) string {
 	return ""
 }
 
-// readByID maps each device node (symlinks resolved) to the by-id names that point at it.
-// Partition links (-partN) point at partitions and so never at a whole device.
-func (c *USBConfig) readByID() map[string][]string {
+// readLinks maps each device node (symlinks resolved) to the names in dir (by-id, by-path)
+// that point at it. Partition links (-partN) point at partitions and so never at a whole device.
+func readLinks(dir string) map[string][]string {
 	m := map[string][]string{}
-	entries, err := os.ReadDir(c.ByIDDir)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return m
 	}
 	for _, e := range entries {
-		real, err := filepath.EvalSymlinks(filepath.Join(c.ByIDDir, e.Name()))
+		real, err := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
@@ -249,6 +338,7 @@ func (c *USBConfig) allowed(d *usbDevice) bool {
 		{c.AllowModels, c.DenyModels, []string{d.Model}},
 		{c.AllowSerials, c.DenySerials, []string{d.Serial}},
 		{c.AllowByID, c.DenyByID, append([]string{d.ID}, d.ByID...)},
+		{c.AllowByPath, c.DenyByPath, d.ByPath},
 	}
 	anyAllow, allowedByOne := false, false
 	for _, r := range rules {
@@ -279,16 +369,17 @@ func matchAny(patterns, values []string) bool {
 // ValidatePatterns checks the allow and deny lists' patterns once, at start-up.
 func (c *USBConfig) ValidatePatterns() error {
 	for _, list := range [][]string{c.AllowVendors, c.DenyVendors, c.AllowModels, c.DenyModels,
-		c.AllowSerials, c.DenySerials, c.AllowByID, c.DenyByID} {
+		c.AllowSerials, c.DenySerials, c.AllowByID, c.DenyByID, c.AllowByPath, c.DenyByPath,
+		c.IncludeByID, c.IncludeByPath} {
 		for _, p := range list {
 			if _, err := path.Match(p, ""); err != nil {
-				return fmt.Errorf("usb pool: pattern %q: %w", p, err)
+				return fmt.Errorf("removable media: pattern %q: %w", p, err)
 			}
 		}
 	}
 	for _, glob := range strings.Split(c.DeviceGlob, ",") {
 		if _, err := filepath.Match(glob, ""); err != nil {
-			return fmt.Errorf("usb pool: device glob %q: %w", glob, err)
+			return fmt.Errorf("removable media: device glob %q: %w", glob, err)
 		}
 	}
 	return nil
@@ -319,4 +410,4 @@ func udevSafe(s string) string {
 }
 
 // errNoDevice is wrapped by claims that find no device.
-var errNoDevice = errors.New("no free usb device fits")
+var errNoDevice = errors.New("no free removable medium fits")

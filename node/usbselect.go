@@ -3,23 +3,30 @@ package node
 import (
 	"fmt"
 	"path"
+	"strings"
 )
 
-// StorageClass parameters that choose which stick a USB volume claims: shell patterns (as the
-// pool's allow lists take them) on the device's vendor, model and serial, and on the label of the
-// file system an adopted stick holds, so that a camera pipeline gets the stick labelled CAM01.
+// StorageClass parameters that choose which medium a volume of the removable-media pool claims:
+// shell patterns (as the pool's allow lists take them) on the device's vendor, model and serial,
+// its by-id and by-path names (the port it is plugged into), and on the label of the file system
+// an adopted stick holds, so that a camera pipeline gets the stick labelled CAM01, or the one in
+// the camera's port.
 const (
 	ParamVendor  = "vendor"
 	ParamModel   = "model"
 	ParamSerial  = "serial"
+	ParamByID    = "byId"
+	ParamByPath  = "byPath"
 	ParamFSLabel = "fsLabel"
 )
 
-// selection holds the patterns; "" matches every stick.
+// selection holds the patterns; "" matches every medium.
 type selection struct {
 	Vendor  string `json:"vendor,omitempty"`
 	Model   string `json:"model,omitempty"`
 	Serial  string `json:"serial,omitempty"`
+	ByID    string `json:"byId,omitempty"`
+	ByPath  string `json:"byPath,omitempty"`
 	FSLabel string `json:"fsLabel,omitempty"`
 }
 
@@ -38,19 +45,38 @@ func (s *selection) set(key, pattern string) error {
 		s.Model = pattern
 	case ParamSerial:
 		s.Serial = pattern
+	case ParamByID:
+		s.ByID = pattern
+	case ParamByPath:
+		s.ByPath = pattern
 	case ParamFSLabel:
 		s.FSLabel = pattern
 	}
 	return nil
 }
 
-// mismatch says why a stick's vendor, model or serial does not match, or "".
+// mismatch says why a medium's vendor, model, serial, by-id or by-path names do not match, or
+// "". A device matches a name pattern when one of its names does.
 func (s selection) mismatch(d usbDevice) string {
 	for _, c := range []struct{ key, pattern, value string }{
 		{ParamVendor, s.Vendor, d.Vendor}, {ParamModel, s.Model, d.Model}, {ParamSerial, s.Serial, d.Serial},
 	} {
 		if c.pattern != "" && !matchAny([]string{c.pattern}, []string{c.value}) {
 			return fmt.Sprintf("%s %q does not match %s=%q", c.key, c.value, c.key, c.pattern)
+		}
+	}
+	for _, c := range []struct {
+		key, what, pattern string
+		names              []string
+	}{
+		{ParamByID, "by-id", s.ByID, append([]string{d.ID}, d.ByID...)},
+		{ParamByPath, "by-path", s.ByPath, d.ByPath},
+	} {
+		if c.pattern != "" && !matchAny([]string{c.pattern}, c.names) {
+			if len(c.names) == 0 {
+				return fmt.Sprintf("no %s name matches %s=%q (it has none)", c.what, c.key, c.pattern)
+			}
+			return fmt.Sprintf("no %s name (%s) matches %s=%q", c.what, strings.Join(c.names, ", "), c.key, c.pattern)
 		}
 	}
 	return ""
@@ -66,7 +92,8 @@ func (s selection) labelMismatch(label string) string {
 
 // addTo puts the patterns into a volume context.
 func (s selection) addTo(m map[string]string) {
-	for k, v := range map[string]string{ParamVendor: s.Vendor, ParamModel: s.Model, ParamSerial: s.Serial, ParamFSLabel: s.FSLabel} {
+	for k, v := range map[string]string{ParamVendor: s.Vendor, ParamModel: s.Model, ParamSerial: s.Serial,
+		ParamByID: s.ByID, ParamByPath: s.ByPath, ParamFSLabel: s.FSLabel} {
 		if v != "" {
 			m[k] = v
 		}
@@ -85,7 +112,7 @@ func usbCapacity(free []usbDevice, params Params) int64 {
 		if params.Wipe {
 			return d.Size
 		}
-		state, _ := probeMedium(d)
+		state, _, _ := probeMedium(d)
 		if state == mediumFAT || (state == mediumBlank && !params.Adopt) {
 			return d.Size
 		}

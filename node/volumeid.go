@@ -1,5 +1,5 @@
 // Package node is csi-fat's node side: the pools that volumes live in (image files in a
-// directory, whole USB devices), the node-local state that survives a restart of the plugin, the
+// directory, removable media: USB sticks, SD cards, devices named by pattern), the node-local state that survives a restart of the plugin, the
 // FUSE mounts that serve staged volumes, and the CSI node service. Volumes live on the node, so
 // provisioning runs here too: the controller service in package driver calls Manager.
 package node
@@ -9,10 +9,13 @@ import (
 	"strings"
 )
 
-// Pool names, as they appear in volume IDs and in the "pool" StorageClass parameter.
+// Pool names, as they appear in volume IDs and in the "pool" StorageClass parameter. The
+// removable-media pool was first the USB pool: its volume IDs carry usb, and the parameter takes
+// media and usb alike.
 const (
 	PoolImage = "image"
 	PoolUSB   = "usb"
+	PoolMedia = "media"
 )
 
 // Limits on what a volume ID may hold. Names match what Kubernetes generates (pvc-<uuid>) and

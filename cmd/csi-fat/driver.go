@@ -69,6 +69,7 @@ type driverFlags struct {
 	usbCfg                                                          node.USBConfig
 	allowVendor, denyVendor, allowModel, denyModel                  listFlag
 	allowSerial, denySerial, allowByID, denyByID                    listFlag
+	allowByPath, denyByPath, includeByID, includeByPath             listFlag
 	mounter, mounterUser                                            string
 	pods                                                            podFlags
 }
@@ -99,24 +100,36 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.mounter, "mounter", "auto", "where volumes are served: \"pod\" (a mounter pod per volume, unprivileged, made through the API; it outlives the driver's pod), \"process\" (a mounter process per volume, unprivileged, which outlives a restart of the driver), \"inprocess\" (in the driver's process: a restart kills the mounts), or \"auto\": in a Kubernetes pod, pod when --mounter-image is set and else inprocess (a child process would die with the container); elsewhere process")
 	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounters run as (numeric); they need no privilege")
 	f.pods.register(fs)
-	fs.BoolVar(&f.usb, "usb-pool", false, "enable the USB pool: whole removable USB disks, formatted or adopted by volumes of pool \"usb\"")
-	fs.StringVar(&f.usbCfg.SysfsRoot, "usb-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
-	fs.StringVar(&f.usbCfg.DeviceGlob, "usb-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates: comma-separated globs (sd* for USB sticks, mmcblk* for SD/MMC cards)")
-	fs.StringVar(&f.usbCfg.DevDir, "usb-dev-dir", f.usbCfg.DevDir, "directory of the device nodes")
-	fs.StringVar(&f.usbCfg.ByIDDir, "usb-by-id-dir", f.usbCfg.ByIDDir, "directory of stable device names, which identify devices across re-plugging")
-	fs.Var(&f.allowVendor, "usb-allow-vendor", "only use devices whose vendor matches this shell pattern (repeatable)")
-	fs.Var(&f.denyVendor, "usb-deny-vendor", "never use devices whose vendor matches this shell pattern (repeatable)")
-	fs.Var(&f.allowModel, "usb-allow-model", "only use devices whose model matches (repeatable)")
-	fs.Var(&f.denyModel, "usb-deny-model", "never use devices whose model matches (repeatable)")
-	fs.Var(&f.allowSerial, "usb-allow-serial", "only use devices whose serial number matches (repeatable)")
-	fs.Var(&f.denySerial, "usb-deny-serial", "never use devices whose serial number matches (repeatable)")
-	fs.Var(&f.allowByID, "usb-allow-by-id", "only use devices with a by-id name matching this glob, e.g. 'usb-SanDisk_*' (repeatable)")
-	fs.Var(&f.denyByID, "usb-deny-by-id", "never use devices with a by-id name matching this glob (repeatable)")
+	fs.BoolVar(&f.usb, "media-pool", false, "enable the removable-media pool: USB disks, SD/MMC cards and devices an include pattern names, formatted or adopted by volumes of pool \"media\" (or \"usb\")")
+	fs.StringVar(&f.usbCfg.SysfsRoot, "media-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
+	fs.StringVar(&f.usbCfg.DeviceGlob, "media-device-glob", f.usbCfg.DeviceGlob, "which block device names are candidates: comma-separated globs (sd* for USB sticks, mmcblk* for SD/MMC cards)")
+	fs.StringVar(&f.usbCfg.DevDir, "media-dev-dir", f.usbCfg.DevDir, "directory of the device nodes")
+	fs.StringVar(&f.usbCfg.ByIDDir, "media-by-id-dir", f.usbCfg.ByIDDir, "directory of stable device names, which identify devices across re-plugging")
+	fs.StringVar(&f.usbCfg.ByPathDir, "media-by-path-dir", f.usbCfg.ByPathDir, "directory of device names by port (by-path), which the byPath parameter and the by-path patterns match")
+	fs.StringVar(&f.usbCfg.MountInfo, "media-mount-info", f.usbCfg.MountInfo, "the host's mount table: devices mounted there (or with a partition mounted) are busy and never claimed; in a container, /proc/1/mountinfo with the host's PID namespace (hostPID), since the container's own table does not show the host's mounts")
+	fs.Var(&f.allowVendor, "media-allow-vendor", "only use devices whose vendor matches this shell pattern (repeatable)")
+	fs.Var(&f.denyVendor, "media-deny-vendor", "never use devices whose vendor matches this shell pattern (repeatable)")
+	fs.Var(&f.allowModel, "media-allow-model", "only use devices whose model matches (repeatable)")
+	fs.Var(&f.denyModel, "media-deny-model", "never use devices whose model matches (repeatable)")
+	fs.Var(&f.allowSerial, "media-allow-serial", "only use devices whose serial number matches (repeatable)")
+	fs.Var(&f.denySerial, "media-deny-serial", "never use devices whose serial number matches (repeatable)")
+	fs.Var(&f.allowByID, "media-allow-by-id", "only use devices with a by-id name matching this glob, e.g. 'usb-SanDisk_*' (repeatable)")
+	fs.Var(&f.denyByID, "media-deny-by-id", "never use devices with a by-id name matching this glob (repeatable)")
+	fs.Var(&f.allowByPath, "media-allow-by-path", "only use devices with a by-path name matching this glob, e.g. 'pci-0000:00:14.0-usb-0:2:*' (repeatable)")
+	fs.Var(&f.denyByPath, "media-deny-by-path", "never use devices with a by-path name matching this glob (repeatable)")
+	fs.Var(&f.includeByID, "media-include-by-id", "make any whole block device with a by-id name matching this glob a member of the pool, removable or not, on any bus, e.g. 'ata-Card_Reader_*' (repeatable; the allow and deny lists still apply)")
+	fs.Var(&f.includeByPath, "media-include-by-path", "make any whole block device with a by-path name matching this glob a member of the pool, e.g. 'pci-0000:00:1f.2-ata-3' for a hot-swap bay (repeatable)")
+	// The pool was first the USB pool: its flags keep their first names.
+	for _, name := range []string{"pool", "sysfs-root", "device-glob", "dev-dir", "by-id-dir", "mount-info",
+		"allow-vendor", "deny-vendor", "allow-model", "deny-model", "allow-serial", "deny-serial", "allow-by-id", "deny-by-id"} {
+		fs.Var(fs.Lookup("media-"+name).Value, "usb-"+name, "the same as -media-"+name+" (its name from when the pool took USB disks only)")
+	}
 	klog.InitFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: csi-fat driver [OPTIONS]\n\n"+
 			"Run the CSI plugin: identity, controller and node services on one gRPC server. Volumes\n"+
-			"are FAT file systems in image files of the pool directory, or on whole USB disks, and are\n"+
+			"are FAT file systems in image files of the pool directory, or on removable media (USB\n"+
+			"disks, SD cards, devices an include pattern names), and are\n"+
 			"served through FUSE by a mounter process each (see --mounter). Every node runs it; volumes are accessible on the\n"+
 			"node that made them only (topology key <driver-name>/node). Allow/deny patterns: a device\n"+
 			"is used when it matches no deny pattern and, if any allow pattern is given, one of them.\n"+
@@ -184,6 +197,8 @@ func (f *driverFlags) config() driver.Config {
 		u.AllowModels, u.DenyModels = f.allowModel, f.denyModel
 		u.AllowSerials, u.DenySerials = f.allowSerial, f.denySerial
 		u.AllowByID, u.DenyByID = f.allowByID, f.denyByID
+		u.AllowByPath, u.DenyByPath = f.allowByPath, f.denyByPath
+		u.IncludeByID, u.IncludeByPath = f.includeByID, f.includeByPath
 		cfg.Node.USB = &u
 	}
 	return cfg

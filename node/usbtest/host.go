@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -19,11 +20,12 @@ func NewHost(dir string) (*Fake, error) {
 	f := &Fake{
 		SysfsRoot: filepath.Join(dir, "sys"),
 		ByIDDir:   filepath.Join(dir, "by-id"),
+		ByPathDir: filepath.Join(dir, "by-path"),
 		DevDir:    "/dev",
 		Glob:      "loop*",
 		dir:       dir,
 	}
-	for _, d := range []string{filepath.Join(f.SysfsRoot, "block"), f.ByIDDir, filepath.Join(dir, "images")} {
+	for _, d := range []string{filepath.Join(f.SysfsRoot, "block"), f.ByIDDir, f.ByPathDir, filepath.Join(dir, "images")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("fake sysfs tree: %w", err)
 		}
@@ -59,12 +61,15 @@ func (f *Fake) Attach(size int64, vendor, model, serial string) (*Stick, error) 
 	return s, nil
 }
 
-// newStick names a stick on an attached loop device; f.n is its port on the fake USB bus.
+// newStick names a stick on an attached loop device; f.n is its port on the fake USB bus, and its
+// by-path name says so as udev's does (pci-<controller>-usb-0:<port>:1.0-scsi-0:0:0:0).
 func (f *Fake) newStick(loop string, size int64, vendor, model, serial string) *Stick {
 	kernel := filepath.Base(loop)
 	byID := fmt.Sprintf("usb-%s_%s_%s-0:0", vendor, model, serial)
+	byPath := fmt.Sprintf("pci-0000:00:14.0-usb-0:%d:1.0-scsi-0:0:0:0", f.n)
 	return &Stick{Loop: loop, Kernel: kernel, Serial: serial, ByID: byID, Size: size,
 		SysDir: filepath.Join(f.SysfsRoot, "block", kernel), ByIDLink: filepath.Join(f.ByIDDir, byID),
+		ByPath: byPath, ByPathLink: filepath.Join(f.ByPathDir, byPath),
 		vendor: vendor, model: model, port: f.n}
 }
 
@@ -86,6 +91,19 @@ func (f *Fake) describe(s *Stick) error {
 		filepath.Join(s.SysDir, "removable"): "1",
 		filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
 		filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
+	}
+	if s.disk {
+		// A fixed disk on a SATA port: the "device" link leads to the SCSI device below the ATA
+		// port, and the disk is not removable.
+		scsiDev = filepath.Join(f.SysfsRoot, "devices", "pci0000:00", "0000:00:1f.2", fmt.Sprintf("ata%d", s.port),
+			fmt.Sprintf("host%d", s.port), fmt.Sprintf("target%d:0:0", s.port), fmt.Sprintf("%d:0:0:0", s.port))
+		files = map[string]string{
+			filepath.Join(scsiDev, "vendor"):     fmt.Sprintf("%-8s", s.vendor),
+			filepath.Join(scsiDev, "model"):      fmt.Sprintf("%-16s", s.model),
+			filepath.Join(s.SysDir, "removable"): "0",
+			filepath.Join(s.SysDir, "size"):      fmt.Sprint(s.Size / 512),
+			filepath.Join(s.SysDir, "dev"):       strings.TrimSpace(string(devNum)),
+		}
 	}
 	if s.card {
 		// An SD card: the block device's "device" link leads to the card on its MMC host.
@@ -114,8 +132,10 @@ func (f *Fake) describe(s *Stick) error {
 	if err := os.Symlink(scsiDev, filepath.Join(s.SysDir, "device")); err != nil {
 		return fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
-	if err := os.Symlink(s.Loop, s.ByIDLink); err != nil {
-		return fmt.Errorf("stick %s: %w", s.Loop, err)
+	for _, link := range []string{s.ByIDLink, s.ByPathLink} {
+		if err := os.Symlink(s.Loop, link); err != nil {
+			return fmt.Errorf("stick %s: %w", s.Loop, err)
+		}
 	}
 	return nil
 }
@@ -128,6 +148,24 @@ func BackingFile(s *Stick) (string, error) {
 		return "", fmt.Errorf("stick %s: %w", s.Loop, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// Detach unplugs one stick of a tree made by NewHost, detaches its loop device and removes its
+// image: a stick a test added for itself goes at its end, while the tree's others stay.
+func (f *Fake) Detach(s *Stick) error {
+	var errs []error
+	for _, p := range []string{s.SysDir, s.ByIDLink, s.ByPathLink} {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("stick %s: %w", s.Loop, err))
+		}
+	}
+	back, err := BackingFile(s)
+	errs = append(errs, err, detach(s.Loop))
+	if err == nil {
+		errs = append(errs, os.Remove(back))
+	}
+	f.Sticks = slices.DeleteFunc(f.Sticks, func(o *Stick) bool { return o == s })
+	return errors.Join(errs...)
 }
 
 // Close detaches the loop devices of a tree made by NewHost and removes its directory.

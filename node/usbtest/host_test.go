@@ -37,6 +37,30 @@ func TestNewHost(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(f.SysfsRoot, "block", s.Kernel, "size")); err != nil || string(got) != "2048\n" {
 		t.Errorf("sysfs size %q (%v), want 2048 sectors", got, err)
 	}
+	if target, err := os.Readlink(filepath.Join(f.ByPathDir, s.ByPath)); err != nil || target != s.Loop {
+		t.Errorf("by-path link %s to %q (%v), want %s", s.ByPath, target, err, s.Loop)
+	}
+	// A second stick, detached on its own: the first stays.
+	s2, err := f.Attach(1<<20, "Vendor", "Model", "SER2")
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	back2, _ := BackingFile(s2)
+	if err := f.Detach(s2); err != nil {
+		t.Error(err)
+	}
+	for _, p := range []string{s2.SysDir, s2.ByIDLink, s2.ByPathLink, back2} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after Detach: %v", p, err)
+		}
+	}
+	if _, err := BackingFile(s2); err == nil {
+		t.Errorf("%s still attached after Detach", s2.Loop)
+	}
+	if len(f.Sticks) != 1 || f.Sticks[0] != s {
+		t.Errorf("sticks after Detach: %v", f.Sticks)
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}

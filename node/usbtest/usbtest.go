@@ -1,6 +1,7 @@
-// Package usbtest stands in loop devices for USB sticks: it attaches sparse files to loop
-// devices and builds a sysfs tree and a by-id directory under a temporary directory that
-// describe them as removable USB disks, for tests of the USB pool. It needs root.
+// Package usbtest stands in loop devices for removable media: it attaches sparse files to loop
+// devices and builds a sysfs tree and by-id and by-path directories under a temporary directory
+// that describe them as removable USB disks, SD cards or fixed SATA disks, for tests of the
+// removable-media pool. It needs root.
 package usbtest
 
 import (
@@ -25,16 +26,20 @@ type Stick struct {
 	SysDir string
 	// ByIDLink is its by-id symlink.
 	ByIDLink string
+	// ByPath is its by-path name (the port it is plugged into), ByPathLink the symlink.
+	ByPath, ByPathLink string
 
 	vendor, model string
 	port          int  // its port on the fake USB bus, or its slot on the MMC host
 	card          bool // an SD card on an MMC host rather than a USB stick
+	disk          bool // a fixed SATA disk: not removable, not on USB
 }
 
 // Fake is a fake sysfs root and by-id directory with sticks in it.
 type Fake struct {
 	SysfsRoot string
 	ByIDDir   string
+	ByPathDir string
 	DevDir    string
 	Glob      string
 	Sticks    []*Stick
@@ -63,11 +68,12 @@ func New(t testing.TB) *Fake {
 	f := &Fake{
 		SysfsRoot: filepath.Join(dir, "sys"),
 		ByIDDir:   filepath.Join(dir, "by-id"),
+		ByPathDir: filepath.Join(dir, "by-path"),
 		DevDir:    "/dev",
 		Glob:      "loop*",
 		dir:       dir,
 	}
-	for _, d := range []string{filepath.Join(f.SysfsRoot, "block"), f.ByIDDir, filepath.Join(dir, "images")} {
+	for _, d := range []string{filepath.Join(f.SysfsRoot, "block"), f.ByIDDir, f.ByPathDir, filepath.Join(dir, "images")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -79,17 +85,32 @@ func New(t testing.TB) *Fake {
 // USB disk with the given vendor, model and serial. The loop device is detached at cleanup.
 func (f *Fake) Add(t testing.TB, size int64, vendor, model, serial string) *Stick {
 	t.Helper()
-	return f.add(t, size, vendor, model, serial, false)
+	return f.add(t, size, vendor, model, serial, kindStick)
 }
 
 // AddCard is Add for an SD card in a built-in reader: a removable disk on an MMC host, with the
 // card's product name and serial (sysfs's name and serial) and a by-id name mmc-<name>_<serial>.
 func (f *Fake) AddCard(t testing.TB, size int64, name, serial string) *Stick {
 	t.Helper()
-	return f.add(t, size, "", name, serial, true)
+	return f.add(t, size, "", name, serial, kindCard)
 }
 
-func (f *Fake) add(t testing.TB, size int64, vendor, model, serial string, card bool) *Stick {
+// AddDisk is Add for a fixed disk on a SATA port (sysfs's removable 0, on no USB bus), by-id
+// ata-<model>_<serial> and by-path pci-0000:00:1f.2-ata-<port>: a member of the pool only when an
+// include pattern names it.
+func (f *Fake) AddDisk(t testing.TB, size int64, model, serial string) *Stick {
+	t.Helper()
+	return f.add(t, size, "ATA", model, serial, kindDisk)
+}
+
+// What a stand-in is.
+const (
+	kindStick = iota
+	kindCard
+	kindDisk
+)
+
+func (f *Fake) add(t testing.TB, size int64, vendor, model, serial string, kind int) *Stick {
 	t.Helper()
 	f.n++
 	img := filepath.Join(f.dir, "images", fmt.Sprintf("stick%d.img", f.n))
@@ -112,11 +133,17 @@ func (f *Fake) add(t testing.TB, size int64, vendor, model, serial string, card 
 		}
 	})
 	s := f.newStick(loop, size, vendor, model, serial)
-	if card {
+	switch kind {
+	case kindCard:
 		s.card = true
 		s.ByID = fmt.Sprintf("mmc-%s_%s", model, serial)
-		s.ByIDLink = filepath.Join(f.ByIDDir, s.ByID)
+		s.ByPath = fmt.Sprintf("platform-fe32%04x.mmc", s.port)
+	case kindDisk:
+		s.disk = true
+		s.ByID = fmt.Sprintf("ata-%s_%s", model, serial)
+		s.ByPath = fmt.Sprintf("pci-0000:00:1f.2-ata-%d", s.port)
 	}
+	s.ByIDLink, s.ByPathLink = filepath.Join(f.ByIDDir, s.ByID), filepath.Join(f.ByPathDir, s.ByPath)
 	if err := f.describe(s); err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +158,10 @@ func (f *Fake) Unplug(t testing.TB, s *Stick) {
 	if err := os.RemoveAll(s.SysDir); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(s.ByIDLink); err != nil {
-		t.Fatal(err)
+	for _, link := range []string{s.ByIDLink, s.ByPathLink} {
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

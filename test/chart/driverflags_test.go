@@ -33,8 +33,9 @@ func TestDriverKnowsEveryFlag(t *testing.T) {
 		{"--set", "mounter.mode=inprocess"},
 		{"--set-json", `imagePullSecrets=[{"name":"regcred"}]`},
 		{"--set", "usb.enabled=true",
-			"--set-json", `usb.allow={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"]}`,
-			"--set-json", `usb.deny={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"]}`},
+			"--set-json", `usb.allow={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"],"byPath":["e"]}`,
+			"--set-json", `usb.deny={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"],"byPath":["e"]}`,
+			"--set-json", `usb.include={"byId":["f"],"byPath":["g"]}`},
 	} {
 		driver := render(t, flags...).nodePlugin(t).container(t, "csi-fat")
 		for _, arg := range driver.Args[1:] { // after the subcommand

@@ -56,3 +56,18 @@ func TestNotesShowResizeAndSnapshot(t *testing.T) {
 		t.Errorf("NOTES show a resize on a class that does not allow it:\n%s", n)
 	}
 }
+
+// TestNotesShowMediaStatus: with removable media the NOTES show how to ask a driver why each
+// device is or is not usable, at its metrics port, or its health port without metrics.
+func TestNotesShowMediaStatus(t *testing.T) {
+	const cmd = "kubectl -n csi-fat exec ds/csi-fat-node -c csi-fat -- /csi-fat media --address 127.0.0.1:"
+	if n := notes(t, "--set", "usb.enabled=true"); !strings.Contains(n, cmd+"9810\n") {
+		t.Errorf("NOTES lack %q9810:\n%s", cmd, n)
+	}
+	if n := notes(t, "--set", "usb.enabled=true", "--set", "metrics.enabled=false"); !strings.Contains(n, cmd+"9808\n") {
+		t.Errorf("NOTES without metrics lack %q9808:\n%s", cmd, n)
+	}
+	if n := notes(t); strings.Contains(n, "csi-fat media") {
+		t.Errorf("NOTES show csi-fat media without removable media:\n%s", n)
+	}
+}

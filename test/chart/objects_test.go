@@ -32,6 +32,7 @@ type daemonSet struct {
 
 type podSpec struct {
 	ServiceAccountName string              `json:"serviceAccountName"`
+	HostPID            bool                `json:"hostPID"`
 	PriorityClassName  string              `json:"priorityClassName"`
 	NodeSelector       map[string]string   `json:"nodeSelector"`
 	Tolerations        []map[string]string `json:"tolerations"`

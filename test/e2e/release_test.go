@@ -31,6 +31,7 @@ func (e *environment) installChart() error {
 		"provisioner.capacityPollInterval=" + capacityPollInterval.String(),
 		"usb.sysfsRoot=" + e.usb.SysfsRoot,
 		"usb.byIdDir=" + e.usb.ByIDDir,
+		"usb.byPathDir=" + e.usb.ByPathDir,
 		"usb.devDir=" + e.usb.DevDir,
 		"usb.deviceGlob=" + e.usb.Glob,
 	}

@@ -67,7 +67,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if not (include "csi-fat.under" (list .Values.usb.sysfsRoot "/sys")) -}}
 {{- $paths = append $paths .Values.usb.sysfsRoot -}}
 {{- end -}}
-{{- range list .Values.usb.byIdDir .Values.usb.devDir -}}
+{{- range list .Values.usb.byIdDir .Values.usb.byPathDir .Values.usb.devDir -}}
 {{- if not (include "csi-fat.under" (list . "/dev")) -}}
 {{- $paths = append $paths . -}}
 {{- end -}}
