@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/bits"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -88,6 +89,10 @@ type File struct {
 	isBlock   bool
 	claim     Claim
 	writer    string // Shared: who held the medium for writing at open, or ""
+
+	// The span whose writeback StartWriteback started last, which the next one waits for.
+	spanMu           sync.Mutex
+	spanOff, spanLen int64
 }
 
 var _ Device = (*File)(nil)
