@@ -31,6 +31,9 @@ type pageCache struct {
 	dirty    int64           // dirty bytes in pages
 	free     [][]byte        // page buffers to reuse
 	maxFree  int             // how many: enough for the dirty bound and a batch in flight
+	// done counts finished batches. A read that began before a batch finished may hold the
+	// device's old bytes and no longer find the batch's pages to lay over them (see overlay).
+	done uint64
 }
 
 // batch is a set of detached dirty pages, sorted by index.
@@ -112,13 +115,27 @@ func (c *pageCache) write(p []byte, off int64, keepFrom int64) error {
 	return nil
 }
 
-// overlay copies the dirty units that fall in [off, off+len(p)) over p, which was read from the
-// device.
-func (c *pageCache) overlay(p []byte, off int64) {
+// batchesDone is the count of finished batches, to be taken before a read of the device that
+// overlay then completes.
+func (c *pageCache) batchesDone() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.done
+}
+
+// overlay copies the dirty units that fall in [off, off+len(p)) over p, which was read from the
+// device after batchesDone returned done. It returns false, leaving p alone, when a batch finished
+// since: its pages are gone from the cache, and the device may have had their bytes only after p
+// was read, so p must be read again. Batches are written without the volume lock, so a read
+// holding it for reading or writing can meet one finishing.
+func (c *pageCache) overlay(p []byte, off int64, done uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != done {
+		return false
+	}
 	if len(c.pages) == 0 && len(c.inflight) == 0 {
-		return
+		return true
 	}
 	end := off + int64(len(p))
 	for idx := off / c.pageSize; idx*c.pageSize < end; idx++ {
@@ -139,6 +156,7 @@ func (c *pageCache) overlay(p []byte, off int64) {
 			}
 		}
 	}
+	return true
 }
 
 // discard drops dirty data in [off, off+length): the clusters were freed and their data must
@@ -284,6 +302,7 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 func (c *pageCache) complete(b *batch, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.done++
 	for i, idx := range b.idxs {
 		old := b.pages[i]
 		delete(c.inflight, idx)

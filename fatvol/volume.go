@@ -73,7 +73,9 @@ const (
 
 // Volume is an open FAT file system. All methods are safe for concurrent use.
 type Volume struct {
-	mu sync.Mutex
+	// mu is held for writing by every operation but file reads, which hold it for reading, so
+	// that reads of open files go to the device side by side (see ReadAt).
+	mu sync.RWMutex
 	// io orders device writes: a batch of file data written without mu holds it from detach to
 	// complete, and every other write and flush takes it (through dev), so nothing written later
 	// can land before data of an earlier batch.
