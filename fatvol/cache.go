@@ -30,7 +30,7 @@ type pageCache struct {
 	inflight map[int64]*page // pages of the batch being written
 	dirty    int64           // dirty bytes in pages
 	free     [][]byte        // page buffers to reuse
-	maxFree  int             // how many: enough for the dirty bound and a batch in flight
+	maxFree  int             // how many: the bound, which dirty pages and a batch in flight share
 	// done counts finished batches. A read that began before a batch finished may hold the
 	// device's old bytes and no longer find the batch's pages to lay over them (see overlay).
 	done uint64
@@ -51,11 +51,11 @@ type page struct {
 
 // newPageCache makes a cache of pages of pageSize bytes for a dirty bound of bound bytes. Page
 // buffers are reused rather than left to the garbage collector, so a long copy does not grow the
-// heap past the bound and the batch in flight.
+// heap past the bound.
 func newPageCache(dev blockdev.Device, pageSize int, bound int64) *pageCache {
 	ps := int64(max(unitSize, min(pageSize, 64*unitSize)))
 	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{},
-		maxFree: int(2 * bound / ps)}
+		maxFree: int(bound / ps)}
 }
 
 func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
@@ -340,6 +340,13 @@ func (c *pageCache) dirtyBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dirty
+}
+
+// held is the memory the cache's pages take: the dirty ones, and those of the batch in flight.
+func (c *pageCache) held() (dirty, inflight int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.pages)) * c.pageSize, int64(len(c.inflight)) * c.pageSize
 }
 
 // sameArray tells whether b starts right where a ends in the same backing array.

@@ -151,7 +151,7 @@ func (n *node) zeroRange(from, to int64) error {
 		}
 		at += k
 		// In the middle of an operation the writer must keep the lock while it waits.
-		if n.vol.cache.dirtyBytes() >= n.vol.opts.CacheBytes {
+		if dirty, inflight := n.vol.cache.held(); dirty+inflight >= n.vol.opts.CacheBytes {
 			if err := n.vol.writebackData(); err != nil {
 				return err
 			}

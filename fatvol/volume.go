@@ -32,8 +32,9 @@ type Options struct {
 	// BlockSize overrides the device layer's choice of I/O block size (0 keeps it).
 	BlockSize int
 
-	// CacheBytes bounds the dirty file data held in memory (0: DefaultCacheBytes). Past half of it
-	// the background writer starts; at the bound a writer writes back before going on.
+	// CacheBytes bounds the file data held in memory, dirty pages and the batch being written
+	// together (0: DefaultCacheBytes). Past half of it the background writer starts; at the bound
+	// a writer waits for the batch in flight, or with none writes back, before going on.
 	CacheBytes int64
 	// MaxRequest bounds one coalesced device write (0: DefaultMaxRequest).
 	MaxRequest int64
