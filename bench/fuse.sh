@@ -300,12 +300,14 @@ run_mount() {
 		measure seqread "$who" dd if="$mnt/big" of=/dev/null bs=1M status=none
 		unmount_contender "$who"
 		drop_caches
-		mount_contender "$who" "$img"
+		mount_contender "$who" "$img" randread
 		random_read randread "$who" "$mnt/big"
 		unmount_contender "$who"
 		drop_caches
-		mount_contender "$who" "$img"
+		mount_contender "$who" "$img" randread4
 		random_read randread4 "$who" "$mnt/big" --numjobs=4
+		unmount_contender "$who"
+		mount_contender "$who" "$img"
 		if [[ " $VERIFY " == *" $who "* ]]; then
 			timeout -k 10 "$(limit_for "$who")" cmp -n $((SEQ_MB * 1048576)) "$mnt/big" /dev/zero ||
 				notes+=("$who: the ${SEQ_MB} MiB file does not read back as written")
@@ -464,18 +466,6 @@ echo "disk: $disk ($(findmnt -no FSTYPE -T "$WORKDIR")," \
 	"rotational=$(cat /sys/block/"$(basename "$disk")"/queue/rotational 2>/dev/null || echo ?)); image ${IMAGE_MB} MiB FAT32;" \
 	"csi-fat -o ${MOUNT_OPTS:-(none)}; fusefat -o $FUSEFAT_OPTS"
 echo "run took $(awk -v a="$started" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s; before: $load_before; after: $(load)"
-fmt='| %-40s | %10s | %10s | %22s | %11s | %15s |\n'
-printf "$fmt" workload raw csi-fat fusefat csi-fat/raw csi-fat/fusefat
-printf "$fmt" "$(printf -- '-%.0s' {1..40})" ---------- ---------- ---------------------- ----------- ---------------
-for row in "${rows[@]}"; do
-	printf "$fmt" "${row_title[$row]}" "$(cell "$row" raw)" "$(cell "$row" csi-fat)" "$(cell "$row" fusefat)" \
-		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
-done
-for who in csi-fat fusefat; do
-	rss=$(peak_rss "$who") || true
-	[[ -z $rss ]] || echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
-		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
-done
 # CPU seconds (user+sys) of the csi-fat server per labelled mount, and per GiB moved.
 cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
 	local i
@@ -487,6 +477,21 @@ cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
 	done
 	return 0
 }
+# The csi-fat CPU column: the server's CPU seconds over the mount that ran the row alone (the
+# file rows share one mount: none).
+fmt='| %-40s | %10s | %10s | %9s | %22s | %11s | %15s |\n'
+printf "$fmt" workload raw csi-fat "csi-fat s" fusefat csi-fat/raw csi-fat/fusefat
+printf "$fmt" "$(printf -- '-%.0s' {1..40})" ---------- ---------- --------- ---------------------- ----------- ---------------
+for row in "${rows[@]}"; do
+	c=$(cpu_of "$row")
+	printf "$fmt" "${row_title[$row]}" "$(cell "$row" raw)" "$(cell "$row" csi-fat)" "${c:--}" "$(cell "$row" fusefat)" \
+		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
+done
+for who in csi-fat fusefat; do
+	rss=$(peak_rss "$who") || true
+	[[ -z $rss ]] || echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
+		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
+done
 if [[ " $CONTENDERS " == *" csi-fat "* ]]; then
 	gib=$(awk -v m="$SEQ_MB" 'BEGIN { print m / 1024 }')
 	echo "csi-fat server CPU seconds (user+sys, from mount to the end of its unmount):"
