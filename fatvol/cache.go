@@ -29,8 +29,7 @@ type pageCache struct {
 	pages    map[int64]*page // dirty pages by page index (device offset / pageSize)
 	inflight map[int64]*page // pages of the batch being written
 	dirty    int64           // dirty bytes in pages
-	free     [][]byte        // page buffers to reuse
-	maxFree  int             // how many: the bound, which dirty pages and a batch in flight share
+	buffers  *pagePool       // where page buffers come from and go back to (pagemem.go)
 	// done counts finished batches. A read that began before a batch finished may hold the
 	// device's old bytes and no longer find the batch's pages to lay over them (see overlay).
 	done uint64
@@ -49,13 +48,13 @@ type page struct {
 	dirty uint64
 }
 
-// newPageCache makes a cache of pages of pageSize bytes for a dirty bound of bound bytes. Page
-// buffers are reused rather than left to the garbage collector, so a long copy does not grow the
-// heap past the bound.
-func newPageCache(dev blockdev.Device, pageSize int, bound int64) *pageCache {
+// newPageCache makes a cache of pages of pageSize bytes. Page buffers come from outside the Go
+// heap and go back there, so a long copy neither grows the heap nor leaves garbage (pagemem.go);
+// the writers' throttle keeps their number within the volume's bound.
+func newPageCache(dev blockdev.Device, pageSize int) *pageCache {
 	ps := int64(max(unitSize, min(pageSize, 64*unitSize)))
 	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{},
-		maxFree: int(bound / ps)}
+		buffers: pagePoolFor(ps)}
 }
 
 func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
@@ -362,13 +361,20 @@ func countBits(x uint64) int {
 	return n
 }
 
-func (c *pageCache) newBuf() []byte {
-	if k := len(c.free); k > 0 {
-		b := c.free[k-1]
-		c.free = c.free[:k-1]
-		return b
+func (c *pageCache) newBuf() []byte { return c.buffers.get() }
+
+// drop gives every page back to the pool, written or not: the volume is closed.
+func (c *pageCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range []map[int64]*page{c.pages, c.inflight} {
+		for idx, pg := range m {
+			delete(m, idx)
+			c.recycle(pg)
+		}
 	}
-	return make([]byte, c.pageSize)
+	c.dirty = 0
+	c.buffers.trim()
 }
 
 func (c *pageCache) release(idx int64, pg *page) {
@@ -377,8 +383,7 @@ func (c *pageCache) release(idx int64, pg *page) {
 }
 
 func (c *pageCache) recycle(pg *page) {
-	if len(c.free) < c.maxFree {
-		pg.dirty = 0
-		c.free = append(c.free, pg.data)
-	}
+	pg.dirty = 0
+	c.buffers.put(pg.data)
+	pg.data = nil
 }

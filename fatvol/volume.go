@@ -231,7 +231,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
-	v.cache = newPageCache(v.fence, v.blockSize, v.opts.CacheBytes)
+	v.cache = newPageCache(v.fence, v.blockSize)
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
@@ -323,6 +323,12 @@ func (v *Volume) Close() error {
 		}
 	}
 	v.closed = true
+	// The page buffers go back to the process's pool (they are not the collector's to reclaim);
+	// dirty data still held is what a failed device could not take. io waits out a batch a
+	// writer may still have in flight.
+	v.io.Lock()
+	v.cache.drop()
+	v.io.Unlock()
 	if cerr := v.dev.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("%s: close: %w", v.name, cerr)
 	}
