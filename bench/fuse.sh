@@ -4,8 +4,8 @@
 # fresh 2 GiB image file:
 #   seq write    1 GiB with dd (1 MiB blocks), then fsync
 #   seq read     the same 1 GiB, caches dropped and the volume remounted first
-#   random read  4 KiB reads at random offsets of that file (fio, one job, queue depth 1; caches
-#                dropped and remounted first)
+#   random read  4 KiB reads at random offsets of that file (fio, queue depth 1; caches dropped and
+#                remounted first), by one reader and by 4 readers side by side
 #   1 MiB files  1,000 files of 1 MiB, one write(2) each, then syncfs
 #   4 KiB files  10,000 files of 4 KiB in one directory, one write(2) each, then syncfs
 #   tree copy    cp -r of a source tree (Go's own, GOROOT/src) into a fresh volume, then made
@@ -119,11 +119,12 @@ tree_files=$(find "$TREE" -type f | wc -l)
 # state[ROW/CONTENDER] = "timeout (>Ns)" / "failed" / "skipped: why"; partial[ROW/CONTENDER] is
 # the rate reached before a timeout, when the helper said how far it got.
 declare -A secs iops state partial
-rows=(seqwrite seqread randread files1m files4k treecopy treeread)
+rows=(seqwrite seqread randread randread4 files1m files4k treecopy treeread)
 declare -A row_title=(
 	[seqwrite]="seq write ${SEQ_MB} MiB + fsync (MiB/s)"
 	[seqread]="seq read ${SEQ_MB} MiB, cold (MiB/s)"
 	[randread]="random 4 KiB reads, cold (IOPS)"
+	[randread4]="random 4 KiB reads, 4 readers (IOPS)"
 	[files1m]="${BIG_FILES} files of 1 MiB + sync (files/s)"
 	[files4k]="${SMALL_FILES} files of 4 KiB + sync (files/s)"
 	[treecopy]="tree copy, $tree_files files + sync (files/s)"
@@ -161,7 +162,7 @@ measure() {
 ok() { [[ -n ${secs[$1/$2]:-} || -n ${iops[$1/$2]:-} ]]; }
 
 # random_read ROW CONTENDER FILE [fio options]: fio random 4 KiB reads of the first SEQ_MB of
-# FILE; the result is fio's IOPS.
+# FILE, RAND_MB per reader; the result is fio's IOPS, summed over the readers (--group_reporting).
 random_read() {
 	local row=$1 who=$2 file=$3 limit out rc=0
 	shift 3
@@ -169,7 +170,7 @@ random_read() {
 	echo "  $who: ${row_title[$row]}"
 	out=$(timeout -k 10 "$limit" fio --name=randread --filename="$file" --rw=randread --bs=4k \
 		--size="${SEQ_MB}M" --io_size="${RAND_MB}M" --runtime="$RAND_SECONDS" --ioengine=psync \
-		--randrepeat=1 --minimal "$@" 2>"$WORKDIR/fio.err") || rc=$?
+		--randrepeat=1 --group_reporting --minimal "$@" 2>"$WORKDIR/fio.err") || rc=$?
 	case $rc in
 	# terse format: field 8 is read IOPS
 	0) iops[$row/$who]=$(awk -F';' '{ print $8 }' <<<"$out") ;;
@@ -198,6 +199,8 @@ run_raw() {
 	measure seqread raw dd if="$img" of=/dev/null bs=1M count="$SEQ_MB" iflag=direct status=none
 	drop_caches
 	random_read randread raw "$img" --direct=1
+	drop_caches
+	random_read randread4 raw "$img" --direct=1 --numjobs=4
 	# The file rows: the same payload, one sequential direct stream, into unwritten space as on
 	# a fresh volume.
 	local bytes
@@ -297,14 +300,20 @@ run_mount() {
 		measure seqread "$who" dd if="$mnt/big" of=/dev/null bs=1M status=none
 		unmount_contender "$who"
 		drop_caches
-		mount_contender "$who" "$img"
+		mount_contender "$who" "$img" randread
 		random_read randread "$who" "$mnt/big"
+		unmount_contender "$who"
+		drop_caches
+		mount_contender "$who" "$img" randread4
+		random_read randread4 "$who" "$mnt/big" --numjobs=4
+		unmount_contender "$who"
+		mount_contender "$who" "$img"
 		if [[ " $VERIFY " == *" $who "* ]]; then
 			timeout -k 10 "$(limit_for "$who")" cmp -n $((SEQ_MB * 1048576)) "$mnt/big" /dev/zero ||
 				notes+=("$who: the ${SEQ_MB} MiB file does not read back as written")
 		fi
 	else
-		state[seqread/$who]=$why state[randread/$who]=$why
+		state[seqread/$who]=$why state[randread/$who]=$why state[randread4/$who]=$why
 		mount_contender "$who" "$img"
 	fi
 	# Make room: 1 GiB + 1,000 MiB + the small files do not fit together in 2 GiB.
@@ -427,7 +436,7 @@ done
 rate() {
 	local row=$1 who=$2 s=${secs[$1/$2]:-}
 	case $row in
-	randread) echo "${iops[$row/$who]:-}" ;;
+	randread | randread4) echo "${iops[$row/$who]:-}" ;;
 	seqwrite | seqread) [[ -n $s ]] && awk -v s="$s" -v m="$SEQ_MB" 'BEGIN { printf "%.1f", m / s }' ;;
 	files1m) [[ -n $s ]] && awk -v s="$s" -v n="$BIG_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
 	files4k) [[ -n $s ]] && awk -v s="$s" -v n="$SMALL_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
@@ -457,18 +466,6 @@ echo "disk: $disk ($(findmnt -no FSTYPE -T "$WORKDIR")," \
 	"rotational=$(cat /sys/block/"$(basename "$disk")"/queue/rotational 2>/dev/null || echo ?)); image ${IMAGE_MB} MiB FAT32;" \
 	"csi-fat -o ${MOUNT_OPTS:-(none)}; fusefat -o $FUSEFAT_OPTS"
 echo "run took $(awk -v a="$started" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s; before: $load_before; after: $(load)"
-fmt='| %-40s | %10s | %10s | %22s | %11s | %15s |\n'
-printf "$fmt" workload raw csi-fat fusefat csi-fat/raw csi-fat/fusefat
-printf "$fmt" "$(printf -- '-%.0s' {1..40})" ---------- ---------- ---------------------- ----------- ---------------
-for row in "${rows[@]}"; do
-	printf "$fmt" "${row_title[$row]}" "$(cell "$row" raw)" "$(cell "$row" csi-fat)" "$(cell "$row" fusefat)" \
-		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
-done
-for who in csi-fat fusefat; do
-	rss=$(peak_rss "$who") || true
-	[[ -z $rss ]] || echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
-		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
-done
 # CPU seconds (user+sys) of the csi-fat server per labelled mount, and per GiB moved.
 cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
 	local i
@@ -480,6 +477,21 @@ cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
 	done
 	return 0
 }
+# The csi-fat CPU column: the server's CPU seconds over the mount that ran the row alone (the
+# file rows share one mount: none).
+fmt='| %-40s | %10s | %10s | %9s | %22s | %11s | %15s |\n'
+printf "$fmt" workload raw csi-fat "csi-fat s" fusefat csi-fat/raw csi-fat/fusefat
+printf "$fmt" "$(printf -- '-%.0s' {1..40})" ---------- ---------- --------- ---------------------- ----------- ---------------
+for row in "${rows[@]}"; do
+	c=$(cpu_of "$row")
+	printf "$fmt" "${row_title[$row]}" "$(cell "$row" raw)" "$(cell "$row" csi-fat)" "${c:--}" "$(cell "$row" fusefat)" \
+		"$(ratio "$row" csi-fat raw)" "$(ratio "$row" csi-fat fusefat)"
+done
+for who in csi-fat fusefat; do
+	rss=$(peak_rss "$who") || true
+	[[ -z $rss ]] || echo "$who server peak RSS: $rss MiB (max over its mounts, /usr/bin/time; per mount, in order:" \
+		"$(for f in $(ls -v "$WORKDIR"/rss."$who".*); do awk '/^[0-9]+$/ { printf "%.0f ", $1 / 1024 }' "$f"; done)MiB)"
+done
 if [[ " $CONTENDERS " == *" csi-fat "* ]]; then
 	gib=$(awk -v m="$SEQ_MB" 'BEGIN { print m / 1024 }')
 	echo "csi-fat server CPU seconds (user+sys, from mount to the end of its unmount):"

@@ -29,8 +29,10 @@ type pageCache struct {
 	pages    map[int64]*page // dirty pages by page index (device offset / pageSize)
 	inflight map[int64]*page // pages of the batch being written
 	dirty    int64           // dirty bytes in pages
-	free     [][]byte        // page buffers to reuse
-	maxFree  int             // how many: enough for the dirty bound and a batch in flight
+	buffers  *pagePool       // where page buffers come from and go back to (pagemem.go)
+	// done counts finished batches. A read that began before a batch finished may hold the
+	// device's old bytes and no longer find the batch's pages to lay over them (see overlay).
+	done uint64
 }
 
 // batch is a set of detached dirty pages, sorted by index.
@@ -46,13 +48,13 @@ type page struct {
 	dirty uint64
 }
 
-// newPageCache makes a cache of pages of pageSize bytes for a dirty bound of bound bytes. Page
-// buffers are reused rather than left to the garbage collector, so a long copy does not grow the
-// heap past the bound and the batch in flight.
-func newPageCache(dev blockdev.Device, pageSize int, bound int64) *pageCache {
+// newPageCache makes a cache of pages of pageSize bytes. Page buffers come from outside the Go
+// heap and go back there, so a long copy neither grows the heap nor leaves garbage (pagemem.go);
+// the writers' throttle keeps their number within the volume's bound.
+func newPageCache(dev blockdev.Device, pageSize int) *pageCache {
 	ps := int64(max(unitSize, min(pageSize, 64*unitSize)))
 	return &pageCache{dev: dev, pageSize: ps, pages: map[int64]*page{}, inflight: map[int64]*page{},
-		maxFree: int(2 * bound / ps)}
+		buffers: pagePoolFor(ps)}
 }
 
 func (c *pageCache) unitsPerPage() int64 { return c.pageSize / unitSize }
@@ -112,13 +114,27 @@ func (c *pageCache) write(p []byte, off int64, keepFrom int64) error {
 	return nil
 }
 
-// overlay copies the dirty units that fall in [off, off+len(p)) over p, which was read from the
-// device.
-func (c *pageCache) overlay(p []byte, off int64) {
+// batchesDone is the count of finished batches, to be taken before a read of the device that
+// overlay then completes.
+func (c *pageCache) batchesDone() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.done
+}
+
+// overlay copies the dirty units that fall in [off, off+len(p)) over p, which was read from the
+// device after batchesDone returned done. It returns false, leaving p alone, when a batch finished
+// since: its pages are gone from the cache, and the device may have had their bytes only after p
+// was read, so p must be read again. Batches are written without the volume lock, so a read
+// holding it for reading or writing can meet one finishing.
+func (c *pageCache) overlay(p []byte, off int64, done uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != done {
+		return false
+	}
 	if len(c.pages) == 0 && len(c.inflight) == 0 {
-		return
+		return true
 	}
 	end := off + int64(len(p))
 	for idx := off / c.pageSize; idx*c.pageSize < end; idx++ {
@@ -139,6 +155,7 @@ func (c *pageCache) overlay(p []byte, off int64) {
 			}
 		}
 	}
+	return true
 }
 
 // discard drops dirty data in [off, off+length): the clusters were freed and their data must
@@ -284,6 +301,7 @@ func (c *pageCache) writeBatch(b *batch, maxReq int64) error {
 func (c *pageCache) complete(b *batch, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.done++
 	for i, idx := range b.idxs {
 		old := b.pages[i]
 		delete(c.inflight, idx)
@@ -323,6 +341,13 @@ func (c *pageCache) dirtyBytes() int64 {
 	return c.dirty
 }
 
+// held is the memory the cache's pages take: the dirty ones, and those of the batch in flight.
+func (c *pageCache) held() (dirty, inflight int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.pages)) * c.pageSize, int64(len(c.inflight)) * c.pageSize
+}
+
 // sameArray tells whether b starts right where a ends in the same backing array.
 func sameArray(a, b []byte) bool {
 	return cap(a) > len(a) && len(b) > 0 && &a[:len(a)+1][len(a)] == &b[0]
@@ -336,13 +361,20 @@ func countBits(x uint64) int {
 	return n
 }
 
-func (c *pageCache) newBuf() []byte {
-	if k := len(c.free); k > 0 {
-		b := c.free[k-1]
-		c.free = c.free[:k-1]
-		return b
+func (c *pageCache) newBuf() []byte { return c.buffers.get() }
+
+// drop gives every page back to the pool, written or not: the volume is closed.
+func (c *pageCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range []map[int64]*page{c.pages, c.inflight} {
+		for idx, pg := range m {
+			delete(m, idx)
+			c.recycle(pg)
+		}
 	}
-	return make([]byte, c.pageSize)
+	c.dirty = 0
+	c.buffers.trim()
 }
 
 func (c *pageCache) release(idx int64, pg *page) {
@@ -351,8 +383,7 @@ func (c *pageCache) release(idx int64, pg *page) {
 }
 
 func (c *pageCache) recycle(pg *page) {
-	if len(c.free) < c.maxFree {
-		pg.dirty = 0
-		c.free = append(c.free, pg.data)
-	}
+	pg.dirty = 0
+	c.buffers.put(pg.data)
+	pg.data = nil
 }

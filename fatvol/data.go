@@ -32,15 +32,20 @@ func (n *node) readAt(p []byte, off int64) (int, error) {
 	if _, err := n.extents(); err != nil {
 		return 0, err
 	}
-	chainBytes := int64(n.clusterCount()) * int64(n.vol.geo.ClusterSize)
-	avail := min(want, max(chainBytes-off, 0))
+	avail := min(want, max(n.chainBytes()-off, 0))
 	done := 0
-	for _, r := range n.devRanges(off, avail) {
+	var local [4]devRange // most reads fall in one or a few runs of clusters
+	for _, r := range n.appendDevRanges(local[:0], off, avail) {
 		buf := p[done : done+int(r.length)]
-		if _, err := n.vol.dev.ReadAt(buf, r.off); err != nil {
-			return done, fmt.Errorf("%s: read: %w", n.path(), err)
+		for {
+			batches := n.vol.cache.batchesDone()
+			if _, err := n.vol.dev.ReadAt(buf, r.off); err != nil {
+				return done, fmt.Errorf("%s: read: %w", n.path(), err)
+			}
+			if n.vol.cache.overlay(buf, r.off, batches) {
+				break
+			}
 		}
-		n.vol.cache.overlay(buf, r.off)
 		done += int(r.length)
 	}
 	if int64(done) < want {
@@ -146,7 +151,7 @@ func (n *node) zeroRange(from, to int64) error {
 		}
 		at += k
 		// In the middle of an operation the writer must keep the lock while it waits.
-		if n.vol.cache.dirtyBytes() >= n.vol.opts.CacheBytes {
+		if dirty, inflight := n.vol.cache.held(); dirty+inflight >= n.vol.opts.CacheBytes {
 			if err := n.vol.writebackData(); err != nil {
 				return err
 			}
@@ -225,7 +230,7 @@ func (n *node) freeClusters() error {
 		return err
 	}
 	n.vol.release(n.ext)
-	n.ext = nil
+	n.setChain(nil)
 	delete(n.vol.orphans, n)
 	if n.dir != nil {
 		delete(n.vol.dirtyDirs, n.dir)

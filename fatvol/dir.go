@@ -56,7 +56,8 @@ func (n *node) loadDir() (*dirContent, error) {
 		if err != nil {
 			return nil, v.noteDamage(err)
 		}
-		n.ext, n.chainOK = ext, true
+		n.setChain(ext)
+		n.chainOK = true
 		buf = make([]byte, int64(n.clusterCount())*int64(v.geo.ClusterSize))
 		var at int64
 		for _, r := range n.devRanges(0, int64(len(buf))) {

@@ -64,12 +64,32 @@ func (f *File) Stat() (fs.FileInfo, error) {
 
 // ReadAt reads at off without moving the file offset.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	// Most reads change nothing, so they share the volume lock and wait for the device side
+	// by side; a read that would load the chain or find it short (damage) takes it whole.
+	f.v.mu.RLock()
+	if err := f.check("read", false); err != nil {
+		f.v.mu.RUnlock()
+		return 0, err
+	}
+	if f.sharedRead(off) {
+		defer f.v.mu.RUnlock()
+		return f.readAt(p, off)
+	}
+	f.v.mu.RUnlock()
 	f.v.mu.Lock()
 	defer f.v.mu.Unlock()
 	if err := f.check("read", false); err != nil {
 		return 0, err
 	}
 	return f.readAt(p, off)
+}
+
+// sharedRead tells whether a read at off may run with the volume lock held for reading only: it
+// may not when it would change the node (load its chain, or note damage when the chain is shorter
+// than the size) or fail (a directory, a negative offset).
+func (f *File) sharedRead(off int64) bool {
+	n := f.n
+	return !n.isDir() && off >= 0 && n.chainOK && n.chainBytes() >= int64(n.ent.Size)
 }
 
 func (f *File) readAt(p []byte, off int64) (int, error) {

@@ -2,6 +2,8 @@ package fatvol
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
@@ -10,13 +12,16 @@ import (
 // chain as extents, and for directories their content. A node stays loaded while it is open, and
 // directories stay loaded once read, so that every path to the same entry meets the same node.
 type node struct {
-	vol      *Volume
-	parent   *node // nil for the root
-	off      int   // offset of the short entry in the parent's content; -1 for the root
-	lfnOff   int   // offset of its first long-name entry (== off when it has none)
-	ent      ondisk.DirEntry
-	name     string
-	ext      []extent // cluster chain; valid when chainOK
+	vol    *Volume
+	parent *node // nil for the root
+	off    int   // offset of the short entry in the parent's content; -1 for the root
+	lfnOff int   // offset of its first long-name entry (== off when it has none)
+	ent    ondisk.DirEntry
+	name   string
+	ext    []extent // cluster chain; valid when chainOK; changed only through setChain and appendRun
+	// before[i] is how many clusters the chain holds ahead of ext[i]: a read finds its extent by
+	// binary search instead of walking a fragmented chain from its start.
+	before   []uint32
 	chainOK  bool
 	refs     int  // open handles
 	unlinked bool // its entry is gone; clusters are freed at the last close
@@ -69,17 +74,46 @@ func (n *node) extents() ([]extent, error) {
 	if err != nil {
 		return nil, n.vol.noteDamage(fmt.Errorf("%s: %w", n.path(), err))
 	}
-	n.ext, n.chainOK = ext, true
+	n.setChain(ext)
+	n.chainOK = true
 	return ext, nil
+}
+
+// setChain makes ext the node's chain.
+func (n *node) setChain(ext []extent) {
+	n.ext = ext
+	n.before = n.before[:0]
+	var c uint32
+	for _, e := range ext {
+		n.before = append(n.before, c)
+		c += e.count
+	}
+}
+
+// appendRun adds the clusters of e to the end of the chain, merging with the last extent when
+// they follow it on the device.
+func (n *node) appendRun(e extent) {
+	k := len(n.ext)
+	if k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {
+		n.ext[k-1].count += e.count
+		return
+	}
+	n.before = append(n.before, n.clusterCount())
+	n.ext = append(n.ext, e)
 }
 
 // clusterCount is the length of the node's chain.
 func (n *node) clusterCount() uint32 {
-	var c uint32
-	for _, e := range n.ext {
-		c += e.count
+	k := len(n.ext)
+	if k == 0 {
+		return 0
 	}
-	return c
+	return n.before[k-1] + n.ext[k-1].count
+}
+
+// chainBytes is how many bytes the node's chain holds.
+func (n *node) chainBytes() int64 {
+	return int64(n.clusterCount()) * int64(n.vol.geo.ClusterSize)
 }
 
 // lastCluster is the last cluster of the chain, 0 when empty.
@@ -147,11 +181,7 @@ func (n *node) grow(count uint32) ([]extent, error) {
 	}
 	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {
-		if k := len(n.ext); k > 0 && n.ext[k-1].start+n.ext[k-1].count == e.start {
-			n.ext[k-1].count += e.count
-		} else {
-			n.ext = append(n.ext, e)
-		}
+		n.appendRun(e)
 	}
 	return got, nil
 }
@@ -177,7 +207,7 @@ func (n *node) shrink(keep uint32) error {
 			freed = append(freed, e)
 		}
 	}
-	n.ext = kept
+	n.setChain(kept)
 	n.lastFrom = 0
 	if len(kept) == 0 {
 		n.ent.SetCluster(0)
@@ -194,10 +224,20 @@ func (n *node) shrink(keep uint32) error {
 // devRanges maps the byte range [off, off+length) of the node's clusters to device ranges,
 // merging clusters that are adjacent on the device. The range must lie within the chain.
 func (n *node) devRanges(off, length int64) []devRange {
+	return n.appendDevRanges(nil, off, length)
+}
+
+// appendDevRanges is devRanges appending to out, so a caller can keep them off the heap.
+func (n *node) appendDevRanges(out []devRange, off, length int64) []devRange {
 	cs := int64(n.vol.geo.ClusterSize)
-	var out []devRange
-	var base int64 // file offset where extent e starts
-	for _, e := range n.ext {
+	// The first extent that holds off: the last whose start is at or before it.
+	first, _ := slices.BinarySearch(n.before, uint32(min(off/cs, math.MaxUint32)))
+	if first == len(n.before) || int64(n.before[first])*cs > off {
+		first--
+	}
+	first = max(first, 0)
+	for i, e := range n.ext[first:] {
+		base := int64(n.before[first+i]) * cs // file offset where extent e starts
 		size := int64(e.count) * cs
 		if off < base+size && length > 0 {
 			start := max(off, base)
@@ -209,8 +249,7 @@ func (n *node) devRanges(off, length int64) []devRange {
 				out = append(out, devRange{off: dev, length: end - start})
 			}
 		}
-		base += size
-		if base >= off+length {
+		if base+size >= off+length {
 			break
 		}
 	}

@@ -174,7 +174,8 @@ func (v *Volume) mkdir(name string) error {
 	}
 	d.n.touch(false)
 	c := d.child(off)
-	c.ext, c.chainOK = got, true
+	c.setChain(got)
+	c.chainOK = true
 	cd := &dirContent{n: c, buf: make([]byte, v.geo.ClusterSize), dirty: make([]bool, v.geo.ClusterSize/v.geo.SectorSize), fresh: make([]bool, v.geo.ClusterSize/v.geo.SectorSize)}
 	dot, dotdot := e, e
 	dot.Name, dotdot.Name = ondisk.Dot, ondisk.DotDot

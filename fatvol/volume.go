@@ -32,8 +32,9 @@ type Options struct {
 	// BlockSize overrides the device layer's choice of I/O block size (0 keeps it).
 	BlockSize int
 
-	// CacheBytes bounds the dirty file data held in memory (0: DefaultCacheBytes). Past half of it
-	// the background writer starts; at the bound a writer writes back before going on.
+	// CacheBytes bounds the file data held in memory, dirty pages and the batch being written
+	// together (0: DefaultCacheBytes). Past half of it the background writer starts; at the bound
+	// a writer waits for the batch in flight, or with none writes back, before going on.
 	CacheBytes int64
 	// MaxRequest bounds one coalesced device write (0: DefaultMaxRequest).
 	MaxRequest int64
@@ -73,7 +74,9 @@ const (
 
 // Volume is an open FAT file system. All methods are safe for concurrent use.
 type Volume struct {
-	mu sync.Mutex
+	// mu is held for writing by every operation but file reads, which hold it for reading, so
+	// that reads of open files go to the device side by side (see ReadAt).
+	mu sync.RWMutex
 	// io orders device writes: a batch of file data written without mu holds it from detach to
 	// complete, and every other write and flush takes it (through dev), so nothing written later
 	// can land before data of an earlier batch.
@@ -228,7 +231,7 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 			v.fsinfo = ondisk.FSInfo{FreeCount: ondisk.Unknown - 1}
 		}
 	}
-	v.cache = newPageCache(v.fence, v.blockSize, v.opts.CacheBytes)
+	v.cache = newPageCache(v.fence, v.blockSize)
 	v.root = v.newRootNode()
 	if _, err := v.root.loadDir(); err != nil {
 		return nil, fmt.Errorf("%s: root directory: %w", v.name, err)
@@ -320,6 +323,12 @@ func (v *Volume) Close() error {
 		}
 	}
 	v.closed = true
+	// The page buffers go back to the process's pool (they are not the collector's to reclaim);
+	// dirty data still held is what a failed device could not take. io waits out a batch a
+	// writer may still have in flight.
+	v.io.Lock()
+	v.cache.drop()
+	v.io.Unlock()
 	if cerr := v.dev.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("%s: close: %w", v.name, cerr)
 	}

@@ -379,14 +379,23 @@ func (v *Volume) writebackEntryNow() error {
 	return v.writeFSInfo()
 }
 
-// throttle makes a writer that outruns the device wait: at the dirty bound it writes back
-// itself; past half of it, it wakes the background writer. Dirty data plus the batch in flight
-// stay under twice the bound.
+// throttle makes a writer that outruns the device wait, so that dirty pages and the batch in
+// flight together stay within the bound (and one request past it): at the bound it waits for the
+// batch in flight, which leaves the background writer to take the next while it goes on, or, with
+// none in flight, writes back itself; past half of the bound it wakes the background writer.
 func (v *Volume) throttle() error {
-	switch dirty := v.cache.dirtyBytes(); {
-	case dirty >= v.opts.CacheBytes:
+	dirty, inflight := v.cache.held()
+	if dirty+inflight >= v.opts.CacheBytes && inflight > 0 {
+		v.mu.Unlock()
+		v.io.Lock() // a batch in flight holds io until it is complete
+		v.io.Unlock()
+		v.mu.Lock()
+		dirty, inflight = v.cache.held()
+	}
+	switch {
+	case dirty+inflight >= v.opts.CacheBytes:
 		return v.writebackDataUnlocked()
-	case dirty >= v.opts.CacheBytes/2:
+	case v.cache.dirtyBytes() >= v.opts.CacheBytes/2:
 		select {
 		case v.flusher <- struct{}{}:
 		default:

@@ -288,6 +288,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 		fuseFile.Close()
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
+	fatfuse.SoleVolumeGC() // a mounter serves one volume
 	// go-fuse takes the descriptor number it serves as its own and closes it when the session
 	// ends: it gets a duplicate, so that closing fuseFile can never close a descriptor number
 	// reused since (say, a control connection's).

@@ -117,6 +117,7 @@ func serveMount(image, mountpoint, partition string, opts fatfuse.Options) int {
 		return 1
 	}
 	warnWriter(os.Stderr, "mount", image, volumeWriter(vol), "serving it")
+	fatfuse.SoleVolumeGC() // this process serves this volume alone
 	srv, err := fatfuse.Mount(vol, mountpoint, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
