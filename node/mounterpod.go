@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -121,6 +122,11 @@ func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
 		}
 		limit := c.MemoryOverhead.DeepCopy()
 		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))
+		if m.imageInMemory(rec) {
+			// The image's pages the mounter writes are charged to its pod and cannot be
+			// reclaimed: they are the volume itself.
+			limit.Add(*resource.NewQuantity(max(rec.Size, rec.MaxSize), resource.BinarySI))
+		}
 		res.Limits[corev1.ResourceMemory] = limit
 		if q, ok := res.Requests[corev1.ResourceMemory]; ok && q.Cmp(limit) > 0 {
 			res.Requests[corev1.ResourceMemory] = limit
@@ -179,6 +185,18 @@ func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
 			Volumes: []corev1.Volume{{Name: mounterSocketVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
+}
+
+// imageInMemory tells whether the volume is an image in a pool on tmpfs or ramfs.
+func (m *Manager) imageInMemory(rec VolumeRecord) bool {
+	if rec.Params.Pool != PoolImage {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.cfg.PoolDir, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC
 }
 
 // startMounterPod creates the pod serving a volume and waits until it listens.

@@ -3,6 +3,7 @@ package node
 import (
 	"testing"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -41,5 +42,23 @@ func TestMounterPodSpec(t *testing.T) {
 				t.Errorf("volume %s is not an emptyDir", v.Name)
 			}
 		}
+	}
+}
+
+// TestMounterPodLimitTmpfsPool: an image in a pool on tmpfs is memory the mounter's writes are
+// charged for, so its pod's limit holds the volume too.
+func TestMounterPodLimitTmpfsPool(t *testing.T) {
+	pool := t.TempDir()
+	if err := unix.Mount("csi-fat-test", pool, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("mount tmpfs (needs root): %v", err)
+	}
+	defer unix.Unmount(pool, unix.MNT_DETACH)
+	m := &Manager{cfg: Config{NodeID: "n", PoolDir: pool, Mounter: MounterConfig{Mode: MounterPod, Pod: &PodConfig{
+		Namespace: "ns", Image: "img", KubeletDir: "/var/lib/kubelet", MemoryOverhead: resource.MustParse("160Mi"),
+	}}}}
+	rec := VolumeRecord{ID: "image:n:v", Name: "v", Size: 1 << 30, MaxSize: 2 << 30, Params: Params{Pool: PoolImage}}
+	got := m.mounterPodSpec(rec).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+	if want := resource.MustParse("2272Mi"); got.Cmp(want) != 0 {
+		t.Errorf("limit %s, want %s (160Mi + 64Mi cache + 2Gi the volume may grow to)", got.String(), want.String())
 	}
 }
