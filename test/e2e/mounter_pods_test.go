@@ -38,11 +38,21 @@ func TestMountsOutliveDriver(t *testing.T) {
 	mounterA := e.mounterPodOf(t, pvA.Spec.CSI.VolumeHandle)
 	e.checkMounterPod(t, mounterA)
 	n := w.waitReported(t, 10)
+	// A mounter pod no staged volume's record names, as a crash between making a pod and
+	// recording it leaves: the next driver removes it.
+	orphan := e.startOrphanMounter(t, mounterA)
 
 	e.restartDriver(t, "its pod deleted", func() {
 		e.kubectlT(t, "delete", "pod", "-n", releaseNS, e.driverPod(t).Metadata.Name, "--timeout=2m")
 	})
 	n = w.waitReported(t, n+20)
+	e.waitFor(t, releaseNS, "the orphaned mounter pod removed", time.Minute, func() (bool, error) {
+		var pods list[pod]
+		if err := e.getJSON(&pods, "pods", "-n", releaseNS, "--field-selector=metadata.name="+orphan); err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0, fmt.Errorf("%s is still there", orphan)
+	})
 
 	e.restartDriver(t, "a helm upgrade that changes its arguments", func() {
 		e.upgradeChart(t, "logLevel=5")
@@ -274,6 +284,33 @@ func (e *environment) checkMounterPod(t *testing.T, m *mounterPod) {
 	if err != nil || bytes.Contains(out, []byte("Warning")) {
 		t.Errorf("a copy of mounter pod %s is not admitted under the restricted Pod Security level: %v\n%s", m.Metadata.Name, err, out)
 	}
+}
+
+// startOrphanMounter starts a copy of a mounter pod, for a volume that does not exist, and
+// waits until it runs; it returns its name.
+func (e *environment) startOrphanMounter(t *testing.T, m *mounterPod) string {
+	t.Helper()
+	var obj map[string]any
+	if err := json.Unmarshal(m.raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	meta := obj["metadata"].(map[string]any)
+	name := "csi-fat-mounter-orphan"
+	labels := meta["labels"].(map[string]any)
+	labels["fat.csi-fat.io/volume-hash"] = volumeHash("image:gone:orphan")
+	copyObj := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": releaseNS, "labels": labels,
+			"annotations": map[string]any{"fat.csi-fat.io/volume": "image:gone:orphan"}},
+		"spec": obj["spec"],
+	}
+	js, _ := json.Marshal(copyObj)
+	if out, err := e.run(context.Background(), bytes.NewReader(js), e.kubectl, "create", "-f", "-"); err != nil {
+		t.Fatalf("creating an orphaned mounter pod: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { e.kubectlErr("delete", "pod", "-n", releaseNS, name, "--ignore-not-found", "--timeout=1m") })
+	e.waitPodReady(t, releaseNS, name)
+	return name
 }
 
 // getPod reads a pod.
