@@ -269,7 +269,7 @@ func (e *environment) checkMounterPod(t *testing.T, m *mounterPod) {
 		t.Fatal(err)
 	}
 	spec := obj["spec"].(map[string]any)
-	delete(spec, "nodeName")          // let admission judge the pod, not the node's capacity
+	delete(spec, "nodeName") // let admission judge the pod, not the node's capacity
 	// The priority the API server filled in from the class is not the point here.
 	delete(spec, "priorityClassName")
 	delete(spec, "priority")
