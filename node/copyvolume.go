@@ -104,7 +104,7 @@ func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
 	var res *protocol.CheckResult
 	var err error
 	if m.cfg.Mounter.process() {
-		res, err = m.checkInMounter("copy-check:"+rec.Name, dst)
+		res, err = m.checkInMounter("copy-check:"+rec.Name, dst, protocol.CheckArgs{Repair: true})
 	} else {
 		// A duplicate, so that the check's claim and close leave dst as it is.
 		var fd int
@@ -132,17 +132,14 @@ func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
 	return nil
 }
 
-// checkInMounter checks and repairs the file open at f in a short-lived mounter of its own.
-func (m *Manager) checkInMounter(name string, f *os.File) (*protocol.CheckResult, error) {
+// checkInMounter checks the file system on f in a short-lived mounter of its own, named name,
+// as args say (repair, walk), so that this process never parses what a medium holds.
+func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArgs) (*protocol.CheckResult, error) {
 	p, err := m.startMounter(VolumeRecord{ID: name, Name: name})
 	if err != nil {
 		return nil, err
 	}
-	timeout := m.cfg.Mounter.CheckTimeout
-	if timeout <= 0 {
-		timeout = defaultCheckTimeout
-	}
-	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: true}}, timeout, int(f.Fd()))
+	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &args}, m.cfg.Mounter.checkTimeout(), int(f.Fd()))
 	if err == nil {
 		if _, serr := p.call(&protocol.Request{Op: protocol.OpStop}, callTimeout); serr == nil {
 			p.settle()

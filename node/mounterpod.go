@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -21,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/fatvol"
 )
 
 // MounterPod serves each volume in a pod of its own on this node, created through the API: the
@@ -53,24 +54,27 @@ type PodConfig struct {
 	Owner *metav1.OwnerReference `json:"-"`
 }
 
-// Labels and annotations of mounter pods.
+// Names, labels and annotations of mounter pods.
 const (
+	mounterPodPrefix      = "csi-fat-mounter-"
+	mounterContainer      = "mounter"
 	mounterComponentLabel = "app.kubernetes.io/component"
 	mounterComponent      = "mounter"
 	mounterNameLabel      = "app.kubernetes.io/name"
 	mounterVolumeLabel    = "fat.csi-fat.io/volume-hash"
 	mounterVolumeAnnot    = "fat.csi-fat.io/volume"
-	// mounterSocketDir is where the pod's emptyDir is mounted, and its volume's name.
+	// mounterSocketDir is where the pod's emptyDir, named mounterSocketVol, is mounted.
 	mounterSocketDir  = "/run/csi-fat-mounter"
 	mounterSocketVol  = "control"
 	mounterSocketName = "control.sock"
-	mounterContainer  = "mounter"
-	defaultPodStart   = 2 * time.Minute
-	podPollInterval   = 100 * time.Millisecond
-	podDeleteWait     = 30 * time.Second
-	mounterPodPrefix  = "csi-fat-mounter-"
-	podAPITimeout     = 30 * time.Second
-	defaultCacheLimit = 64 << 20
+)
+
+// How long pods may take.
+const (
+	defaultPodStart = 2 * time.Minute
+	podPollInterval = 100 * time.Millisecond
+	podDeleteWait   = 30 * time.Second
+	podAPITimeout   = 30 * time.Second
 )
 
 // podRef names a mounter pod.
@@ -81,7 +85,7 @@ type podRef struct {
 
 func (r podRef) String() string { return r.namespace + "/" + r.name }
 
-// volumeHash is a label-safe digest of a volume ID.
+// volumeHash is a short digest of a volume's ID or name, safe in a label value and a path.
 func volumeHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:8])
@@ -118,7 +122,7 @@ func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
 	if !c.MemoryOverhead.IsZero() {
 		cache := rec.Params.CacheBytes
 		if cache <= 0 {
-			cache = defaultCacheLimit
+			cache = fatvol.DefaultCacheBytes
 		}
 		limit := c.MemoryOverhead.DeepCopy()
 		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))
@@ -233,14 +237,12 @@ func (p *mounterProc) waitListening() error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(p.socket); err == nil {
-			c, err := dialMounter(p.socket, time.Second)
-			if err == nil {
-				c.Close()
-				return nil
-			}
-			last = err
+		c, err := dialMounter(p.socket, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
 		}
+		last = err
 		pod, err := p.getPod()
 		if err != nil {
 			return err
@@ -248,7 +250,6 @@ func (p *mounterProc) waitListening() error {
 		if why := podStuck(pod); why != "" {
 			return fmt.Errorf("mounter pod %s: %s", p.pod, why)
 		}
-		last = fmt.Errorf("pod is %s", pod.Status.Phase)
 		time.Sleep(podPollInterval)
 	}
 	return fmt.Errorf("mounter pod %s did not listen at %s within %v: %v", p.pod, p.socket, timeout, last)
@@ -310,6 +311,11 @@ func (p *mounterProc) getPod() (*corev1.Pod, error) {
 
 var errPodReplaced = errors.New("replaced by another pod of that name")
 
+// podGone tells whether getPod's error says the pod no longer exists (a failed API call does not).
+func podGone(err error) bool {
+	return apierrors.IsNotFound(err) || errors.Is(err, errPodReplaced)
+}
+
 // podEnded says how the pod ended, once its control connection did: the kubelet may take a
 // moment to report the container's end.
 func (p *mounterProc) podEnded(connErr error) string {
@@ -317,7 +323,7 @@ func (p *mounterProc) podEnded(connErr error) string {
 	for i := 0; i < 30; i++ {
 		pod, err := p.getPod()
 		if err != nil {
-			if apierrors.IsNotFound(errors.Unwrap(err)) || errors.Is(err, errPodReplaced) {
+			if podGone(err) {
 				why = "deleted"
 			}
 			break
@@ -346,7 +352,7 @@ func (p *mounterProc) deletePod() {
 	}
 	deadline := time.Now().Add(podDeleteWait)
 	for time.Now().Before(deadline) {
-		if _, err := p.getPod(); err != nil {
+		if _, err := p.getPod(); podGone(err) {
 			klog.InfoS("deleted mounter pod", "volume", p.volume, "pod", p.pod.String())
 			return
 		}

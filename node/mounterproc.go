@@ -1,8 +1,6 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -56,6 +54,14 @@ type MounterConfig struct {
 
 // process tells whether volumes are served by mounters (processes or pods), not in this process.
 func (c MounterConfig) process() bool { return c.Mode == MounterProcess || c.Mode == MounterPod }
+
+// checkTimeout is CheckTimeout with its default.
+func (c MounterConfig) checkTimeout() time.Duration {
+	if c.CheckTimeout <= 0 {
+		return defaultCheckTimeout
+	}
+	return c.CheckTimeout
+}
 
 func (c MounterConfig) validate() error {
 	switch c.Mode {
@@ -243,8 +249,7 @@ func (p *mounterProc) watch() error {
 // mounterSocket is where the mounter of the named volume listens: a hash keeps the path short
 // (a unix socket's path has at most 107 bytes) and any name safe.
 func (m *Manager) mounterSocket(name string) (socket, logPath string, err error) {
-	sum := sha256.Sum256([]byte(name))
-	base := filepath.Join(m.cfg.StateDir, mountersDir, hex.EncodeToString(sum[:8]))
+	base := filepath.Join(m.cfg.StateDir, mountersDir, volumeHash(name))
 	socket = base + ".sock"
 	if len(socket) > unixPathMax {
 		return "", "", fmt.Errorf("mounter socket path %s is longer than a unix socket path may be (%d bytes): use a shorter --state-dir", socket, unixPathMax)
@@ -498,11 +503,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		return nil, status.Errorf(code, format, args...)
 	}
 	devFD := int(dev.OSFile().Fd())
-	timeout := m.cfg.Mounter.CheckTimeout
-	if timeout <= 0 {
-		timeout = defaultCheckTimeout
-	}
-	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly)}}, timeout, devFD)
+	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly)}}, m.cfg.Mounter.checkTimeout(), devFD)
 	if err != nil {
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) {
@@ -732,35 +733,12 @@ func (m *Manager) checkAdoptable(d usbDevice) (string, error) {
 		return "", err
 	}
 	defer dev.Close()
-	p, err := m.startMounter(VolumeRecord{ID: "usb-adopt:" + d.ID, Name: "usb-adopt:" + d.ID})
-	if err != nil {
-		return "", err
-	}
-	timeout := m.cfg.Mounter.CheckTimeout
-	if timeout <= 0 {
-		timeout = defaultCheckTimeout
-	}
-	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Walk: true}}, timeout, int(dev.OSFile().Fd()))
-	if err == nil {
-		_, serr := p.call(&protocol.Request{Op: protocol.OpStop}, callTimeout)
-		if serr == nil {
-			p.settle()
-		}
-	}
-	var re *protocol.RemoteError
-	if err != nil && !errors.As(err, &re) && p.settle() {
-		err = fmt.Errorf("%v (%s)", err, p.endedWhy())
-	}
-	p.discard()
+	res, err := m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true})
 	if err != nil {
 		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}
-	if !resp.Check.Clean {
-		left := resp.Check.Left
-		if len(left) > 3 {
-			left = append(left[:3:3], fmt.Sprintf("and %d more", max(resp.Check.Total, len(left))-3))
-		}
-		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, strings.Join(left, "; "))
+	if !res.Clean {
+		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, listProblems(res.Left, res.Total))
 	}
-	return resp.Check.Label, nil
+	return res.Label, nil
 }
