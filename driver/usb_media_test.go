@@ -251,14 +251,18 @@ func TestUSBDeviceMetrics(t *testing.T) {
 	if _, err := usbVolume(t, td, "first", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	body := scrapeMetrics(t, td)
-	for _, want := range []string{
+	wantDeviceMetrics(t, scrapeMetrics(t, td),
 		`csi_fat_usb_devices{content="",state="claimed"} 1`,
 		`csi_fat_usb_devices{content="exfat",state="foreign"} 1`,
 		`csi_fat_usb_devices{content="superfloppy",state="fat"} 1`,
 		`csi_fat_usb_devices{content="partition",state="fat"} 1`,
-		`csi_fat_usb_devices{content="",state="blank"} 1`,
-	} {
+		`csi_fat_usb_devices{content="",state="blank"} 1`)
+}
+
+// wantDeviceMetrics checks that a /metrics body has each of the lines.
+func wantDeviceMetrics(t *testing.T, body string, lines ...string) {
+	t.Helper()
+	for _, want := range lines {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(body, "csi_fat_usb_devices"))
 		}
@@ -293,10 +297,7 @@ func TestUSBPartitionHeld(t *testing.T) {
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "partition "+stick.Kernel+"p1 held by dm-3") {
 		t.Fatalf("stick with a held partition: %v, want ResourceExhausted naming the holder", err)
 	}
-	body := scrapeMetrics(t, td)
-	if want := `csi_fat_usb_devices{content="held",state="busy"} 1`; !strings.Contains(body, want) {
-		t.Errorf("metrics lack %s:\n%s", want, grepLines(body, "csi_fat_usb_devices"))
-	}
+	wantDeviceMetrics(t, scrapeMetrics(t, td), `csi_fat_usb_devices{content="held",state="busy"} 1`)
 }
 
 // TestUSBSelect: StorageClass patterns choose the stick: by serial and model for a new volume

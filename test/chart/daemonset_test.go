@@ -23,7 +23,7 @@ func TestDriverContainer(t *testing.T) {
 	if len(c.Args) == 0 || c.Args[0] != "driver" {
 		t.Fatalf("driver args %v, want the driver subcommand first", c.Args)
 	}
-	for flag, want := range map[string]string{
+	c.checkFlags(t, map[string]string{
 		"endpoint":       "unix:///csi/csi.sock",
 		"driver-name":    "fat.csi-fat.io",
 		"pool-dir":       "/var/lib/csi-fat/pool",
@@ -32,11 +32,7 @@ func TestDriverContainer(t *testing.T) {
 		"max-volumes":    "64",
 		"health-address": ":9808",
 		"v":              "2",
-	} {
-		if got := c.flag(t, flag); got != want {
-			t.Errorf("--%s=%q, want %q", flag, got, want)
-		}
-	}
+	})
 	// The node ID defaults to $NODE_NAME, which must be the Kubernetes node name.
 	if c.flag(t, "node-id") != "" {
 		t.Errorf("--node-id set by default: %v", c.Args)

@@ -12,7 +12,7 @@ func TestMounterPods(t *testing.T) {
 		"--set-json", `imagePullSecrets=[{"name":"regcred"}]`, "--set", "mounter.memoryOverhead=200Mi")
 	pod := r.nodePlugin(t)
 	driver := pod.container(t, "csi-fat")
-	for flag, want := range map[string]string{
+	driver.checkFlags(t, map[string]string{
 		"mounter":                   "pod",
 		"mounter-image":             driver.Image,
 		"mounter-namespace":         namespace,
@@ -24,11 +24,7 @@ func TestMounterPods(t *testing.T) {
 		"mounter-start-timeout":     "2m",
 		"kubelet-dir":               "/data/kubelet",
 		"mounter-image-pull-secret": "regcred",
-	} {
-		if got := driver.flag(t, flag); got != want {
-			t.Errorf("--%s=%q, want %q", flag, got, want)
-		}
-	}
+	})
 	if driver.Image != "ghcr.io/csi-fat/csi-fat:v9" {
 		t.Errorf("driver image %q", driver.Image)
 	}

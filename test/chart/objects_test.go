@@ -193,6 +193,16 @@ func (c container) flag(t *testing.T, name string) string {
 	return ""
 }
 
+// checkFlags checks the single value of each --name the container gets.
+func (c container) checkFlags(t *testing.T, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		if got := c.flag(t, name); got != w {
+			t.Errorf("container %s: --%s=%q, want %q; args %v", c.Name, name, got, w, c.Args)
+		}
+	}
+}
+
 // hasArg reports whether the container has the exact argument.
 func (c container) hasArg(arg string) bool {
 	for _, a := range c.Args {

@@ -32,18 +32,14 @@ func TestResizerSidecar(t *testing.T) {
 	if c.Image != "registry.k8s.io/sig-storage/csi-resizer:v2.3.0" {
 		t.Errorf("resizer image %q", c.Image)
 	}
-	for flag, want := range map[string]string{
+	c.checkFlags(t, map[string]string{
 		"csi-address": "/csi/csi.sock",
 		// Set explicitly, --timeout is also ControllerExpandVolume's.
 		"timeout": "60s",
 		// Online expansion has no in-use errors: no watch of every pod from every node.
 		"handle-volume-inuse-error": "false",
 		"v":                         "2",
-	} {
-		if got := c.flag(t, flag); got != want {
-			t.Errorf("--%s=%q, want %q; args %v", flag, got, want, c.Args)
-		}
-	}
+	})
 	// One elected resizer would reach one node's driver only.
 	if c.flag(t, "leader-election") != "" || c.hasArg("--leader-election") {
 		t.Errorf("resizer runs leader election: %v", c.Args)
@@ -74,16 +70,12 @@ func TestSnapshotterSidecar(t *testing.T) {
 	if got := c.envFieldPath("NODE_NAME"); got != "spec.nodeName" {
 		t.Errorf("snapshotter NODE_NAME from %q, want spec.nodeName (the label is the Node's name)", got)
 	}
-	for flag, want := range map[string]string{
+	c.checkFlags(t, map[string]string{
 		"csi-address":   "/csi/csi.sock",
 		"feature-gates": "CSIVolumeGroupSnapshot=false",
 		"timeout":       "60s",
 		"v":             "2",
-	} {
-		if got := c.flag(t, flag); got != want {
-			t.Errorf("--%s=%q, want %q; args %v", flag, got, want, c.Args)
-		}
-	}
+	})
 	// The snapshotter refuses leader election with --node-deployment.
 	if c.flag(t, "leader-election") != "" || c.hasArg("--leader-election") {
 		t.Errorf("snapshotter runs leader election: %v", c.Args)

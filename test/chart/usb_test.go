@@ -38,18 +38,14 @@ func TestUSBOnDefaultPaths(t *testing.T) {
 	// The chart's defaults are the driver's, but for the mount table: the host's, not the
 	// container's.
 	def := node.DefaultUSBConfig()
-	for flag, want := range map[string]string{
+	driver.checkFlags(t, map[string]string{
 		"media-sysfs-root":  def.SysfsRoot,
 		"media-by-id-dir":   def.ByIDDir,
 		"media-by-path-dir": def.ByPathDir,
 		"media-dev-dir":     def.DevDir,
 		"media-device-glob": def.DeviceGlob, // USB disks and SD cards
 		"media-mount-info":  "/proc/1/mountinfo",
-	} {
-		if got := driver.flag(t, flag); got != want {
-			t.Errorf("--%s=%q, want %q", flag, got, want)
-		}
-	}
+	})
 	// The host's mount table is the host init's, seen through the host's PID namespace.
 	if !pod.HostPID {
 		t.Error("no hostPID: /proc/1/mountinfo would be the container's own mount table")

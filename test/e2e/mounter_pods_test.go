@@ -90,13 +90,7 @@ func TestMountsOutliveDriver(t *testing.T) {
 
 	// Kill b's mounter: only b's mount dies.
 	mounterB := e.mounterPodOf(t, pvB.Spec.CSI.VolumeHandle)
-	pids := hostPIDs(t, func(cmdline []string, cgroup string) bool {
-		return len(cmdline) > 1 && cmdline[1] == "mounter" && inPodCgroup(cgroup, mounterB.Metadata.UID)
-	})
-	if len(pids) != 1 {
-		t.Fatalf("%d processes of mounter pod %s on the host: %v", len(pids), mounterB.Metadata.Name, pids)
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(e.mounterPID(t, mounterB), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor(t, ns, "writer-b to fail", 2*time.Minute, func() (bool, error) {
