@@ -181,12 +181,7 @@ func (d *discovery) do(ctx context.Context, a discoveryAction) error {
 		if t, ok := d.failed[a.Medium.ID]; ok && time.Since(t) < discoveryRetry {
 			return nil
 		}
-		params := d.cfg.adopt
-		if a.Medium.State == mediumBlank {
-			params = d.cfg.format
-		}
-		var label string
-		rec, err := d.m.createVolume(a.Name, 0, 0, params, d.m.claimMedium(a.Medium.ID, &label))
+		rec, label, err := d.m.CreateDiscoveredVolume(d.cfg, a.Medium)
 		if err != nil {
 			d.failed[a.Medium.ID] = time.Now()
 			return fmt.Errorf("medium %s (%s) not published: %w", a.Medium.ID, a.Medium.Kernel, err)
@@ -248,6 +243,26 @@ func (d *discovery) forget(ctx context.Context, rec VolumeRecord) error {
 	}
 	delete(d.fsLabels, rec.Name)
 	return nil
+}
+
+// CreateDiscoveredVolume makes the volume discovery mode publishes for a medium the pool's scan
+// sees (MediaStatus): named after the node and the medium, holding the medium's FAT file system
+// with its files (checked in a mounter), or, for a blank medium, a new one made with the
+// configuration's parameters. It returns the volume and its file system's label.
+func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStatus) (VolumeRecord, string, error) {
+	if m.usb == nil {
+		return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
+	}
+	params := cfg.adopt
+	if medium.State == mediumBlank {
+		if !cfg.Blank {
+			return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "removable medium %s is blank and blank media are not published", medium.ID)
+		}
+		params = cfg.format
+	}
+	var label string
+	rec, err := m.createVolume(discoveredName(m.cfg.NodeID, medium.ID), 0, 0, params, m.claimMedium(medium.ID, &label))
+	return rec, label, err
 }
 
 // claimMedium claims the named medium for a discovered volume, the way claimUSB claims the one
