@@ -101,12 +101,51 @@ func TestDiscoveryPrepare(t *testing.T) {
 		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete},
 		{DriverName: "Fat.Example", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second},
 		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"reclaim": "wipe"}},
-		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"serial": "X*"}},
+		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"adopt": "false"}},
+		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"serial": "[X"}},
 		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"mode": "fast"}},
 		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: map[string]string{"colour": "red"}},
 	} {
 		if err := bad.Prepare(); err == nil {
 			t.Errorf("%+v: prepared", bad)
+		}
+	}
+}
+
+// TestDiscoverySelects: vendor, model, serial, byId and byPath patterns choose the media
+// published; with fsLabel no blank medium is (it has no label to match).
+func TestDiscoverySelects(t *testing.T) {
+	m := testMedium()
+	m.ByPath = []string{"pci-0000:00:14.0-usb-0:2:1.0-scsi-0:0:0:0"}
+	blank := m
+	blank.State = mediumBlank
+	for _, c := range []struct {
+		params      map[string]string
+		fat, blanks bool
+	}{
+		{nil, true, true},
+		{map[string]string{"serial": "ABC*"}, true, true},
+		{map[string]string{"serial": "XYZ*"}, false, false},
+		{map[string]string{"vendor": "Kingston", "model": "DataTraveler*"}, true, true},
+		{map[string]string{"model": "Cruzer"}, false, false},
+		{map[string]string{"byPath": "*-usb-0:2:*"}, true, true},
+		{map[string]string{"byPath": "*-usb-0:3:*"}, false, false},
+		{map[string]string{"byId": "usb-Kingston_*"}, true, true},
+		{map[string]string{"fsLabel": "CAM*"}, true, false},
+	} {
+		cfg := &DiscoveryConfig{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: c.params}
+		if err := cfg.Prepare(); err != nil {
+			t.Fatalf("%v: %v", c.params, err)
+		}
+		if got := cfg.selects(m); got != c.fat {
+			t.Errorf("%v: selects the FAT medium %t, want %t", c.params, got, c.fat)
+		}
+		if got := cfg.selects(blank); got != c.blanks {
+			t.Errorf("%v: selects the blank medium %t, want %t", c.params, got, c.blanks)
+		}
+		acts := planDiscovery(testDriver, "worker-1", []MediumStatus{m}, nil, nil, true, cfg.selects)
+		if (len(acts) == 1) != c.fat {
+			t.Errorf("%v: actions %q", c.params, kinds(acts))
 		}
 	}
 }
@@ -289,7 +328,7 @@ func TestPlanDiscovery(t *testing.T) {
 			pvs: []corev1.PersistentVolume{otherNodePV}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := kinds(planDiscovery(testDriver, node, c.media, c.volumes, c.pvs, c.blank))
+			got := kinds(planDiscovery(testDriver, node, c.media, c.volumes, c.pvs, c.blank, nil))
 			if !slices.Equal(got, c.want) {
 				t.Errorf("actions %q, want %q", got, c.want)
 			}
@@ -300,14 +339,14 @@ func TestPlanDiscovery(t *testing.T) {
 	// resource version are the delete's preconditions).
 	pv := discoveredPVOf(t, node, fat, false, false)
 	pv.UID, pv.ResourceVersion = "u-1", "42"
-	acts := planDiscovery(testDriver, node, nil, []VolumeRecord{rec}, []corev1.PersistentVolume{pv}, false)
+	acts := planDiscovery(testDriver, node, nil, []VolumeRecord{rec}, []corev1.PersistentVolume{pv}, false, nil)
 	if len(acts) != 1 || acts[0].Volume == nil || acts[0].Volume.ID != rec.ID || acts[0].PV.UID != "u-1" || acts[0].PV.ResourceVersion != "42" {
 		t.Errorf("remove action %+v", acts)
 	}
 	// A PV whose handle names another node, though labelled and named like ours, is left alone.
 	forged := discoveredPVOf(t, node, fat, false, false)
 	forged.Spec.CSI.VolumeHandle = "usb:worker-2:" + fatName
-	if acts := planDiscovery(testDriver, node, nil, nil, []corev1.PersistentVolume{forged}, false); len(acts) != 0 {
+	if acts := planDiscovery(testDriver, node, nil, nil, []corev1.PersistentVolume{forged}, false, nil); len(acts) != 0 {
 		t.Errorf("actions on a PV of another node: %q", kinds(acts))
 	}
 }

@@ -33,7 +33,9 @@ type DiscoveryConfig struct {
 	// FAT file system, adopted with their files).
 	Blank bool
 	// Parameters are StorageClass parameters of the volumes: mode, onDamage, codepage,
-	// cacheSize for all; layout, fatType, clusterSize, label, fats for blank media formatted.
+	// cacheSize for all; layout, fatType, clusterSize, label, fats for blank media formatted;
+	// and vendor, model, serial, byId, byPath, fsLabel: patterns that choose which media are
+	// published (a blank medium has no file system label: with fsLabel none is published).
 	Parameters map[string]string
 	// MountOptions are the PVs' mountOptions.
 	MountOptions []string
@@ -46,8 +48,7 @@ type DiscoveryConfig struct {
 }
 
 // Parameters discovery mode sets itself, or that make no sense for it.
-var discoveryFixedParams = []string{ParamPool, ParamAdopt, ParamReclaim, ParamWipe, ParamMaxSize,
-	ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel}
+var discoveryFixedParams = []string{ParamPool, ParamAdopt, ParamReclaim, ParamWipe, ParamMaxSize}
 
 // Parameters about a new file system: for blank media only.
 var discoveryFormatParams = []string{ParamLayout, ParamFATType, ParamClusterSize, ParamLabel, ParamFATs}
@@ -70,10 +71,12 @@ func (c *DiscoveryConfig) Prepare() error {
 	for k, v := range c.Parameters {
 		for _, fixed := range discoveryFixedParams {
 			if k == fixed {
-				return fmt.Errorf("media discovery: parameter %s is not for discovered media (the medium is chosen by a claim's label selector, adopted with its files, and kept on release)", k)
+				return fmt.Errorf("media discovery: parameter %s is not for discovered media (they are adopted with their files, or blank ones formatted, and kept on release)", k)
 			}
 		}
-		format[k] = v
+		if k != ParamFSLabel {
+			format[k] = v
+		}
 		isFormat := false
 		for _, f := range discoveryFormatParams {
 			isFormat = isFormat || k == f
@@ -90,6 +93,16 @@ func (c *DiscoveryConfig) Prepare() error {
 		return fmt.Errorf("media discovery: %w", err)
 	}
 	return nil
+}
+
+// selects tells whether the parameters' patterns choose a medium, as far as can be told without
+// reading its file system (the label is matched once it is checked).
+func (c *DiscoveryConfig) selects(m MediumStatus) bool {
+	if m.State == mediumBlank && c.adopt.FSLabel != "" {
+		return false
+	}
+	d := usbDevice{ID: m.ID, Vendor: m.Vendor, Model: m.Model, Serial: m.Serial, ByID: m.ByID, ByPath: m.ByPath}
+	return c.adopt.selection.mismatch(d) == ""
 }
 
 // discoveryRetry is how long a medium that could not be made a volume (its file system needs
@@ -165,7 +178,7 @@ func (d *discovery) round(ctx context.Context) error {
 			delete(d.failed, id) // pulled out: plugged in again, it is tried at once
 		}
 	}
-	for _, a := range planDiscovery(d.cfg.DriverName, d.m.cfg.NodeID, media, vols, list.Items, d.cfg.Blank) {
+	for _, a := range planDiscovery(d.cfg.DriverName, d.m.cfg.NodeID, media, vols, list.Items, d.cfg.Blank, d.cfg.selects) {
 		if err := d.do(ctx, a); err != nil {
 			klog.ErrorS(err, "media discovery", "action", a.Kind, "volume", a.Name, "medium", a.Medium.ID)
 		}
@@ -283,6 +296,9 @@ func (m *Manager) claimMedium(id string, fsLabel *string) claimFunc {
 				label, err := m.checkAdoptable(d)
 				if err != nil {
 					return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): not adoptable: %v", d.ID, d.Kernel, err)
+				}
+				if miss := params.selection.labelMismatch(label); miss != "" {
+					return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): %s", d.ID, d.Kernel, miss)
 				}
 				*fsLabel = label
 				return d, nil

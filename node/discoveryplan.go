@@ -41,10 +41,11 @@ type discoveryAction struct {
 
 // planDiscovery decides one round. media is what the pool's scan sees now; volumes are the
 // node's discovered volumes (those whose name is discoveredName of their device); pvs are the PVs
-// of this node's loop, as listed. blank says whether blank media are published too (formatted).
+// of this node's loop, as listed. blank says whether blank media are published too (formatted),
+// selects which media may be (nil: all).
 // A PV's medium is identified by its annotation, so a PV whose medium is pulled out is still
 // known for what it was.
-func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []VolumeRecord, pvs []corev1.PersistentVolume, blank bool) []discoveryAction {
+func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []VolumeRecord, pvs []corev1.PersistentVolume, blank bool, selects func(MediumStatus) bool) []discoveryAction {
 	present := map[string]MediumStatus{}
 	for _, m := range media {
 		if m.ID != "" && m.State != mediumExcluded {
@@ -94,6 +95,7 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []Vo
 			// medium is published again.
 		case vols[name] != nil:
 			out = append(out, discoveryAction{Kind: discoverPublish, Name: name, Medium: m, Volume: vols[name]})
+		case selects != nil && !selects(m):
 		case m.State == mediumFAT || (blank && m.State == mediumBlank):
 			out = append(out, discoveryAction{Kind: discoverCreate, Name: name, Medium: m})
 		}

@@ -29,7 +29,7 @@ func (d *discoveryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.storageClass, "media-discovery-storage-class", "csi-fat-discovered", "storageClassName of the discovered media's PVs (\"\": none)")
 	fs.StringVar(&d.reclaimPolicy, "media-discovery-reclaim-policy", string(corev1.PersistentVolumeReclaimDelete), "reclaim policy of the discovered media's PVs: Delete (a released medium, its files kept, is published again as a fresh PV) or Retain")
 	fs.BoolVar(&d.blank, "media-discovery-blank", false, "publish blank media too, formatted with the parameters (layout, fatType, label, ...); else only media that hold FAT, adopted with their files")
-	fs.Var(&d.parameters, "media-discovery-parameter", "key=value: a StorageClass parameter of the discovered volumes (mode, onDamage, codepage, cacheSize; for blank media also layout, fatType, clusterSize, label, fats); repeatable")
+	fs.Var(&d.parameters, "media-discovery-parameter", "key=value: a StorageClass parameter of the discovered volumes (mode, onDamage, codepage, cacheSize; for blank media also layout, fatType, clusterSize, label, fats; vendor, model, serial, byId, byPath, fsLabel: shell patterns choosing the media published); repeatable")
 	fs.Var(&d.mountOptions, "media-discovery-mount-option", "a mount option of the discovered media's PVs (uid=, umask=, ...); repeatable")
 	fs.DurationVar(&d.interval, "media-discovery-interval", 5*time.Second, "how often discovery mode looks at the media and at its PVs")
 }
