@@ -125,8 +125,8 @@ func discoverySelector(driverName, nodeID string) string {
 }
 
 // discoveredPV is the PersistentVolume of a discovered medium's volume: reachable on the node
-// only (node affinity on the topology key), its capacity the medium's size, ReadWriteOnce (one
-// node; a claim may still ask for ReadWriteOncePod, which binds to it).
+// only (node affinity on the topology key), its capacity the medium's size, ReadWriteOnce (a PV
+// cannot have ReadWriteOncePod besides, and one node is what the medium gives).
 func (c *DiscoveryConfig) discoveredPV(nodeID, topologyKey string, rec VolumeRecord, m MediumStatus, fsLabel string) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
