@@ -155,6 +155,9 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 		parts[1].Number != 3 || parts[1].Size != two.size || parts[1].Volume != b.GetVolumeId() {
 		t.Fatalf("/media partitions of the stick: %+v\n%s", parts, body)
 	}
+	if text, _ := getMedia(t, td, ""); !strings.Contains(text, "partition 3") || !strings.Contains(text, "claimed by volume "+b.GetVolumeId()) {
+		t.Errorf("/media's table does not list partition 3 claimed by %s:\n%s", b.GetVolumeId(), text)
+	}
 
 	dirA, dirB := t.TempDir(), t.TempDir()
 	target := stageAndPublish(t, td, a.GetVolumeId(), dirA)
@@ -306,5 +309,73 @@ func TestUSBPartitionGPT(t *testing.T) {
 	fsckAt(t, stick.Loop, data)
 	if hashOutside(t, stick.Loop, data, logs) != before {
 		t.Fatal("bytes outside the FAT partitions changed (the GPT, its backup)")
+	}
+}
+
+// TestUSBPartitionOldRecord: a volume recorded before partitions were volumes of their own (no
+// partition in its record: the state file of an older driver) keeps the whole stick: it is served
+// in the first FAT partition, and no other volume may adopt the stick's other FAT partition.
+// A stick formatted for a new volume (layout=mbr) is claimed whole too.
+func TestUSBPartitionOldRecord(t *testing.T) {
+	requireLoop(t)
+	testenv.RequireTool(t, "sfdisk", "mtype")
+	fake := usbtest.New(t)
+	stick := fake.Add(t, 64<<20, "Fake", "Twin", "OLD00001")
+	one, other, two := mbrParts[0], mbrParts[1], mbrParts[2]
+	sfdiskWrite(t, stick.Loop, fmt.Sprintf("label: dos\nstart=%d, size=%d, type=c\nstart=%d, size=%d, type=83\nstart=%d, type=c\n",
+		one.start/512, one.size/512, other.start/512, other.size/512, two.start/512))
+	onOne := makeFATAt(t, stick.Loop, one, "ONE", "first\n")
+	makeFATAt(t, stick.Loop, two, "TWO", "second\n")
+
+	dir := t.TempDir()
+	td := startDriver(t, dir, all(withUSB(fake)))
+	vol, err := usbVolume(t, td, "old", 1, map[string]string{node.ParamAdopt: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.shutdown(t)
+	// The record as an older driver wrote it: no partition.
+	statePath := filepath.Join(dir, "state", node.StateFile)
+	state, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(state, &raw); err != nil {
+		t.Fatal(err)
+	}
+	rec := raw["volumes"].(map[string]any)["old"].(map[string]any)
+	if rec["partition"] != "1" {
+		t.Fatalf("the new record's partition is %v, want 1", rec["partition"])
+	}
+	delete(rec, "partition")
+	state, _ = json.Marshal(raw)
+	if err := os.WriteFile(statePath, state, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	td = startDriver(t, dir, all(withUSB(fake)))
+	if _, err := usbVolume(t, td, "new", 1, map[string]string{node.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("adopting beside an old whole-stick record: %v, want ResourceExhausted", err)
+	}
+	mnt := t.TempDir()
+	target := stageAndPublish(t, td, vol.GetVolumeId(), mnt)
+	if got, err := os.ReadFile(filepath.Join(target, "NOTE.TXT")); err != nil || string(got) != "first\n" {
+		t.Fatalf("the old record's volume reads NOTE.TXT %q, %v; want the first FAT partition's", got, err)
+	}
+	os.WriteFile(filepath.Join(target, "old.txt"), []byte("still here\n"), 0o644)
+	unpublishAndUnstage(t, td, vol.GetVolumeId(), mnt)
+	if got := run(t, "mtype", "-i", onOne, "::/old.txt"); got != "still here\n" {
+		t.Errorf("old.txt at partition 1's offset: %q", got)
+	}
+
+	// A blank stick formatted with layout=mbr is claimed whole: its partition is not adopted.
+	blank := fake.Add(t, 80<<20, "Fake", "Blank", "OLD00002")
+	fresh, err := usbVolume(t, td, "fresh", 1, map[string]string{node.ParamLayout: node.LayoutMBR})
+	if err != nil || fresh.GetCapacityBytes() != blank.Size-1<<20 {
+		t.Fatalf("layout=mbr volume: %v, %v; want its partition's %d bytes", fresh, err, blank.Size-1<<20)
+	}
+	if _, err := usbVolume(t, td, "newer", 1, map[string]string{node.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("adopting the formatted stick's partition: %v, want ResourceExhausted", err)
 	}
 }
