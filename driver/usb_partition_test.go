@@ -125,6 +125,17 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolMedia, node.ParamWipe: "true"}}); err != nil || c.GetAvailableCapacity() != 0 {
 		t.Fatalf("GetCapacity(format) with a partition claimed = %v, %v; want 0: the stick is not formatted while partly claimed", c, err)
 	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	target := stageAndPublish(t, td, a.GetVolumeId(), dirA)
+	if got, err := os.ReadFile(filepath.Join(target, "NOTE.TXT")); err != nil || string(got) != "first\n" {
+		t.Fatalf("volume a reads NOTE.TXT %q, %v", got, err)
+	}
+	contentA := strings.Repeat("a", 3<<20)
+	if err := os.WriteFile(filepath.Join(target, "a.bin"), []byte(contentA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// While a is staged (the stick held O_EXCL), the other partition is checked and adopted beside
+	// it.
 	b, err := usbVolume(t, td, "b", 1, map[string]string{node.ParamAdopt: "true"})
 	if err != nil || b.GetCapacityBytes() != two.size {
 		t.Fatalf("second volume: %v, %v; want partition 3's %d bytes", b, err, two.size)
@@ -159,15 +170,6 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 		t.Errorf("/media's table does not list partition 3 claimed by %s:\n%s", b.GetVolumeId(), text)
 	}
 
-	dirA, dirB := t.TempDir(), t.TempDir()
-	target := stageAndPublish(t, td, a.GetVolumeId(), dirA)
-	if got, err := os.ReadFile(filepath.Join(target, "NOTE.TXT")); err != nil || string(got) != "first\n" {
-		t.Fatalf("volume a reads NOTE.TXT %q, %v", got, err)
-	}
-	contentA := strings.Repeat("a", 3<<20)
-	if err := os.WriteFile(filepath.Join(target, "a.bin"), []byte(contentA), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	// The stick is held O_EXCL while a is staged: b waits for it.
 	if _, err := td.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: b.GetVolumeId(), StagingTargetPath: filepath.Join(dirB, "staging"),
 		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},

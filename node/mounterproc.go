@@ -726,12 +726,18 @@ func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
 // else in this process (checkFileSystem). partition names the partition to check ("": the whole
 // device, or its first FAT partition). It returns the volume's label.
 func (m *Manager) checkAdoptable(d usbDevice, partition string) (string, error) {
-	if !m.cfg.Mounter.process() {
-		return checkFileSystem(d.Path, partition)
-	}
 	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
+	if errors.Is(err, blockdev.ErrInUse) && partition != "" && m.stagedOn(d.ID) {
+		// A volume on another partition of the stick is staged and holds it O_EXCL, which keeps
+		// the host's mounts and other claims off every partition: this one is read beside it,
+		// without a claim of its own (the staged volume writes only inside its partition).
+		dev, err = blockdev.OpenClaimed(d.Path, blockdev.Shared)
+	}
 	if err != nil {
 		return "", err
+	}
+	if !m.cfg.Mounter.process() {
+		return checkFileSystem(dev, partition)
 	}
 	defer dev.Close()
 	res, err := m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true, Partition: partition})

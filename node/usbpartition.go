@@ -155,6 +155,18 @@ func (m *Manager) claimedMedia() map[string]*mediumClaims {
 	return out
 }
 
+// stagedOn tells whether a volume on the device (any of its partitions) is staged.
+func (m *Manager) stagedOn(device string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.state.Staged {
+		if v := m.state.Volumes[name]; v != nil && v.Device == device {
+			return true
+		}
+	}
+	return false
+}
+
 // partitionVolume is the volume that claims partition p, or "".
 func (c *mediumClaims) partitionVolume(p layout.Partition) string {
 	if c == nil {

@@ -246,16 +246,13 @@ func formatAndClose(dev *blockdev.File, params Params) (layout.Partition, error)
 }
 
 // checkFileSystem makes sure a device holds a FAT file system (on the whole device, in the
-// partition that partition names, or with "" in the first FAT partition of a partitioned stick) that is whole and that the engine can serve, and
-// returns its label: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
+// partition that partition names, or with "" in the first FAT partition of a partitioned stick)
+// that is whole and that the engine can serve, and returns its label: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
 // unmounted counts), and the engine opens it read-only and reads every directory. The device is
-// claimed for the whole check (a device another writer holds is refused, blockdev.ErrInUse), so
-// what is checked cannot change under it.
-func checkFileSystem(path, partition string) (string, error) {
-	file, err := blockdev.OpenClaimed(path, blockdev.ExclusiveReadOnly)
-	if err != nil {
-		return "", err
-	}
+// claimed by the caller for the whole check (checkAdoptable), so what is checked cannot change
+// under it. file is closed when it returns.
+func checkFileSystem(file *blockdev.File, partition string) (string, error) {
+	path := file.Path()
 	dev, _, err := layout.Open(file, partition)
 	if err != nil {
 		file.Close()
