@@ -232,7 +232,7 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 	}
 	defer dev.Close()
 	fault("check", req.Volume)
-	res, err := Check(dev, req.Check.Repair, req.Check.Walk)
+	res, err := Check(dev, req.Check.Partition, req.Check.Repair, req.Check.Walk)
 	if err != nil {
 		return fail(err, protocol.CodeNotFAT)
 	}
@@ -268,8 +268,9 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 		return fail(err, "")
 	}
 	fault("serve", req.Volume)
-	// A superfloppy is served whole, a partitioned stick's first FAT partition through a window.
-	fsDev, _, err := layout.Open(file, "")
+	// A superfloppy is served whole, a partitioned stick's named (or first FAT) partition through
+	// a window that bounds every write.
+	fsDev, _, err := layout.Open(file, a.Partition)
 	if err != nil {
 		file.Close()
 		fuseFile.Close()
