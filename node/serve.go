@@ -109,6 +109,11 @@ func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode 
 	if err != nil {
 		return nil, err
 	}
+	if !opts.ReadOnly {
+		if err := file.OpenDirect(); err != nil {
+			klog.V(2).InfoS("large writes go through the page cache", "volume", id, "reason", err)
+		}
+	}
 	// The file system of a superfloppy is the whole device; a partitioned stick's is its first
 	// FAT partition, served through a window that bounds every write.
 	fsDev, _, err := layout.Open(file, "")

@@ -26,7 +26,7 @@ const Version = 1
 const MaxMessage = 64 << 10
 
 // MaxFDs bounds the descriptors one message may carry.
-const MaxFDs = 2
+const MaxFDs = 3
 
 // Operations.
 const (
@@ -103,6 +103,10 @@ type ServeArgs struct {
 	Damage string `json:"damage,omitempty"`
 	// Checked lets a clean close clear the dirty bit: the volume was checked just before.
 	Checked bool `json:"checked,omitempty"`
+	// Direct: a third descriptor follows, the device open for writing with O_DIRECT, through
+	// which the engine writes large extents (blockdev.File.AttachDirect). The mounter cannot
+	// open the device itself. A mounter older than this field refuses the third descriptor.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // HoldArgs say how long a hold may last at most.
@@ -331,6 +335,9 @@ func CheckRequest(r *Request, nfds int) error {
 	want, ok := FDCount[r.Op]
 	if !ok {
 		return protoErr("unknown operation %q", r.Op)
+	}
+	if r.Op == OpServe && r.Serve != nil && r.Serve.Direct {
+		want++
 	}
 	if nfds != want {
 		return protoErr("operation %s takes %d descriptors, the message carried %d", r.Op, want, nfds)
