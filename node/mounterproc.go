@@ -530,10 +530,22 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 	if err != nil {
 		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
-	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: &protocol.ServeArgs{
+	args := &protocol.ServeArgs{
 		Options: mounterOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
 		Damage: damage, Checked: true, Partition: rec.Partition,
-	}}, serveTimeout, devFD, int(fuseFile.Fd()))
+	}
+	fds := []int{devFD, int(fuseFile.Fd())}
+	if !opts.ReadOnly {
+		// The mounter may not open the device: it gets the twin for direct writes from here.
+		if twin, err := blockdev.OpenDirectTwin(dev.OSFile()); err == nil {
+			defer twin.Close()
+			args.Direct = true
+			fds = append(fds, int(twin.Fd()))
+		} else {
+			klog.V(2).InfoS("large writes go through the page cache", "volume", rec.ID, "reason", err)
+		}
+	}
+	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: args}, serveTimeout, fds...)
 	fuseFile.Close()
 	if err != nil {
 		unix.Unmount(st.Path, unix.MNT_DETACH)

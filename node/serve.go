@@ -110,6 +110,11 @@ func serveVolume(id, devicePath, partition, stagingPath string, opts fatfuse.Opt
 	if err != nil {
 		return nil, err
 	}
+	if !opts.ReadOnly {
+		if err := file.OpenDirect(); err != nil {
+			klog.V(2).InfoS("large writes go through the page cache", "volume", id, "reason", err)
+		}
+	}
 	// The file system of a superfloppy is the whole device; a partitioned stick's is the
 	// partition named (or its first FAT partition), served through a window that bounds every
 	// write.

@@ -26,7 +26,7 @@ const Version = 1
 const MaxMessage = 64 << 10
 
 // MaxFDs bounds the descriptors one message may carry.
-const MaxFDs = 2
+const MaxFDs = 3
 
 // Operations.
 const (
@@ -112,6 +112,10 @@ type ServeArgs struct {
 	// Partition names the partition to serve, as CheckArgs.Partition: only its bounds are read
 	// and written.
 	Partition string `json:"partition,omitempty"`
+	// Direct: a third descriptor follows, the device open for writing with O_DIRECT, through
+	// which the engine writes large extents (blockdev.File.AttachDirect). The mounter cannot
+	// open the device itself. A mounter older than this field refuses the third descriptor.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // HoldArgs say how long a hold may last at most.
@@ -340,6 +344,9 @@ func CheckRequest(r *Request, nfds int) error {
 	want, ok := FDCount[r.Op]
 	if !ok {
 		return protoErr("unknown operation %q", r.Op)
+	}
+	if r.Op == OpServe && r.Serve != nil && r.Serve.Direct {
+		want++
 	}
 	if nfds != want {
 		return protoErr("operation %s takes %d descriptors, the message carried %d", r.Op, want, nfds)

@@ -113,7 +113,7 @@ func TestHostileMessages(t *testing.T) {
 		{"unknown field", []byte(`{"version":1,"op":"status","evil":true}`), 0, "unknown field"},
 		{"trailing data", append(append([]byte{}, good...), []byte(`{"version":1}`)...), 0, "after the JSON"},
 		{"wrong type", []byte(`{"version":"1","op":7}`), 0, "malformed"},
-		{"too many descriptors", good, 3, "descriptors"},
+		{"too many descriptors", good, MaxFDs + 1, "descriptors"},
 		{"far too many descriptors", good, 40, "descriptors"},
 		{"empty", []byte{}, 0, "EOF"},
 	} {
@@ -149,6 +149,8 @@ func TestWrongDescriptorCounts(t *testing.T) {
 	}{
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 1, "takes 2 descriptors"},
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 0, "takes 2 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{}}, 3, "takes 2 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{Direct: true}}, 2, "takes 3 descriptors"},
 		{Request{Op: OpCheck, Check: &CheckArgs{}}, 2, "takes 1 descriptors"},
 		{Request{Op: OpStatus}, 1, "takes 0 descriptors"},
 		{Request{Op: OpServe}, 2, "without its arguments"},
@@ -192,8 +194,8 @@ func TestSendRefusesOversize(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Fatalf("Send = %v", err)
 	}
-	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2); err == nil {
-		t.Fatal("Send took 3 descriptors")
+	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2, 0); err == nil {
+		t.Fatal("Send took 4 descriptors")
 	}
 	_ = syscall.EBADF
 }
