@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestDiscoveredVolumes(t *testing.T) {
 	}
 
 	m := mediumOf(t, td, "DISC0001")
-	rec, label, err := td.Manager().CreateDiscoveredVolume(cfg, m)
+	rec, label, err := td.Manager().CreateDiscoveredVolume(cfg, m, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestDiscoveredVolumes(t *testing.T) {
 	if !strings.HasPrefix(rec.Name, "fat-"+testNode+"-") {
 		t.Errorf("volume name %q does not show its node", rec.Name)
 	}
-	if same, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0001")); err != nil || same.ID != rec.ID {
+	if same, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0001"), ""); err != nil || same.ID != rec.ID {
 		t.Fatalf("discovering a claimed stick again: %+v, %v; want its volume %s, once", same, err, rec.ID)
 	}
 	if st := mediumOf(t, td, "DISC0001"); st.State != "claimed" || st.Volume != rec.ID {
@@ -97,17 +98,17 @@ func TestDiscoveredVolumes(t *testing.T) {
 		t.Fatalf("after release, from-pod.txt = %q", out)
 	}
 	// Released, the stick is free FAT again: discovery makes its volume again, same name.
-	again, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0001"))
+	again, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0001"), "")
 	if err != nil || again.Name != rec.Name {
 		t.Fatalf("discovered again: %+v, %v; want volume %s", again, err, rec.Name)
 	}
 
 	// A blank stick only when asked.
-	if _, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0002")); code(err) != codes.FailedPrecondition {
+	if _, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0002"), ""); code(err) != codes.FailedPrecondition {
 		t.Fatalf("blank stick without Blank: %v, want FailedPrecondition", err)
 	}
 	cfg.Blank = true
-	brec, blabel, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0002"))
+	brec, blabel, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0002"), "")
 	if err != nil || blabel != "FRESH" || brec.Params.Adopt || brec.Params.Layout != "mbr" {
 		t.Fatalf("blank stick: %+v, %q, %v; want formatted with layout mbr and label FRESH", brec, blabel, err)
 	}
@@ -115,10 +116,64 @@ func TestDiscoveredVolumes(t *testing.T) {
 		t.Errorf("blank stick after discovery: sfdisk --dump\n%s\nwant an MBR with one partition", out)
 	}
 	// Another file system: never published, nothing written.
-	if _, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0003")); err == nil {
+	if _, _, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISC0003"), ""); err == nil {
 		t.Fatal("a stick with ext4 made a discovered volume")
 	}
 	if after := run(t, "sha256sum", ext.Loop)[:64]; after != extBefore {
 		t.Error("the ext4 stick changed")
+	}
+}
+
+// TestDiscoveredPartitions: each FAT partition of a partitioned stick is a discovered volume of
+// its own, with its partition's size and file system label, and serves its own files.
+func TestDiscoveredPartitions(t *testing.T) {
+	requireLoop(t)
+	testenv.RequireTool(t, "sfdisk")
+	fake := usbtest.New(t)
+	stick := fake.Add(t, 64<<20, "Fake", "Twin", "DISCTWIN")
+	one, other, two := mbrParts[0], mbrParts[1], mbrParts[2]
+	sfdiskWrite(t, stick.Loop, fmt.Sprintf("label: dos\nstart=%d, size=%d, type=c\nstart=%d, size=%d, type=83\nstart=%d, type=c\n",
+		one.start/512, one.size/512, other.start/512, other.size/512, two.start/512))
+	makeFATAt(t, stick.Loop, one, "ONE", "first\n")
+	makeFATAt(t, stick.Loop, two, "TWO", "second\n")
+	td := startDriver(t, "", withUSB(fake))
+	cfg := &node.DiscoveryConfig{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second}
+	if err := cfg.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	m := mediumOf(t, td, "DISCTWIN")
+	if len(m.Partitions) != 2 {
+		t.Fatalf("medium %+v: want its two FAT partitions listed", m)
+	}
+	want := map[string]struct {
+		label, note string
+		size        int64
+	}{"1": {"ONE", "first\n", one.size}, "3": {"TWO", "second\n", two.size}}
+	names := map[string]bool{}
+	for _, p := range m.Partitions {
+		w, ok := want[p.ID()]
+		if !ok {
+			t.Fatalf("partition %s listed", p.ID())
+		}
+		rec, label, err := td.Manager().CreateDiscoveredVolume(cfg, mediumOf(t, td, "DISCTWIN"), p.ID())
+		if err != nil {
+			t.Fatalf("partition %s: %v", p.ID(), err)
+		}
+		if rec.Partition != p.ID() || rec.Size != w.size || label != w.label || rec.Device != m.ID {
+			t.Errorf("partition %s: volume %+v, label %q; want size %d, label %s", p.ID(), rec, label, w.size, w.label)
+		}
+		names[rec.Name] = true
+		dir := t.TempDir()
+		target := stageAndPublish(t, td, rec.ID, dir)
+		if got, err := os.ReadFile(filepath.Join(target, "NOTE.TXT")); err != nil || string(got) != w.note {
+			t.Errorf("partition %s: NOTE.TXT reads %q, %v", p.ID(), got, err)
+		}
+		unpublishAndUnstage(t, td, rec.ID, dir)
+	}
+	if len(names) != 2 {
+		t.Errorf("volume names %v: want one per partition", names)
+	}
+	if st := mediumOf(t, td, "DISCTWIN"); st.State != "claimed" || len(st.Partitions) != 2 || st.Partitions[0].State != "claimed" || st.Partitions[1].State != "claimed" {
+		t.Errorf("the stick after both were discovered: %+v", st)
 	}
 }

@@ -335,11 +335,45 @@ func TestPlanDiscovery(t *testing.T) {
 		})
 	}
 
+	// A partitioned stick: one volume per free FAT partition, each named apart; a claimed one
+	// is left alone, and a whole one with a PV of its own is published and left.
+	twin := MediumStatus{ID: "usb-Twin_Card_T1-0:0", Size: 64 << 20, State: mediumFAT, Content: "partition",
+		Partitions: []PartitionStatus{{Number: 1, State: mediumFAT, Size: 15 << 20}, {Number: 3, State: mediumFAT, Size: 46 << 20}}}
+	got := kinds(planDiscovery(testDriver, node, []MediumStatus{twin}, nil, nil, false, nil))
+	want := []string{"create " + discoveredName(node, twin.ID+"#1"), "create " + discoveredName(node, twin.ID+"#3")}
+	if !slices.Equal(got, want) {
+		t.Errorf("partitioned stick: actions %q, want %q", got, want)
+	}
+	twin.State, twin.Partitions[0].State, twin.Partitions[0].Volume = mediumClaimed, mediumClaimed, "usb:"+node+":pvc-9"
+	gpt := MediumStatus{ID: "usb-Gpt_Card_G1-0:0", Size: 64 << 20, State: mediumFAT, Content: "partition",
+		Partitions: []PartitionStatus{{Number: 2, GUID: "3F2504E0-4F89-41D3-9A0C-0305E82C3301", State: mediumFAT}}}
+	got = kinds(planDiscovery(testDriver, node, []MediumStatus{twin, gpt}, nil, nil, false, nil))
+	want = []string{"create " + discoveredName(node, gpt.ID+"#3F2504E0-4F89-41D3-9A0C-0305E82C3301"), "create " + discoveredName(node, twin.ID+"#3")}
+	if !slices.Equal(got, want) {
+		t.Errorf("a partition claimed, a GPT one by GUID: actions %q, want %q", got, want)
+	}
+	acts := planDiscovery(testDriver, node, []MediumStatus{gpt}, nil, nil, false, nil)
+	if len(acts) != 1 || acts[0].Partition != "3F2504E0-4F89-41D3-9A0C-0305E82C3301" {
+		t.Errorf("GPT partition action %+v: want the partition by its GUID", acts)
+	}
+	// A partition's PV, pulled out unbound, is removed like a whole one's.
+	prec := discoveredRecord(node, twin)
+	prec.Partition, prec.Name = "3", discoveredName(node, twin.ID+"#3")
+	prec.ID = VolumeID{Pool: PoolUSB, Node: node, Name: prec.Name}.String()
+	ppv := testDiscoveryConfig(t).discoveredPV(node, testDriver+"/node", prec, twin, "TWO")
+	if ppv.Annotations[testDriver+"/partition"] != "3" || ppv.Labels[testDriver+"/partition"] != "3" {
+		t.Errorf("partition PV: annotations %v, labels %v", ppv.Annotations, ppv.Labels)
+	}
+	got = kinds(planDiscovery(testDriver, node, nil, []VolumeRecord{prec}, []corev1.PersistentVolume{*ppv}, false, nil))
+	if want := []string{"remove " + prec.Name}; !slices.Equal(got, want) {
+		t.Errorf("pulled partitioned stick: actions %q, want %q", got, want)
+	}
+
 	// A remove names the volume to delete after the PV, and the PV as listed (its UID and
 	// resource version are the delete's preconditions).
 	pv := discoveredPVOf(t, node, fat, false, false)
 	pv.UID, pv.ResourceVersion = "u-1", "42"
-	acts := planDiscovery(testDriver, node, nil, []VolumeRecord{rec}, []corev1.PersistentVolume{pv}, false, nil)
+	acts = planDiscovery(testDriver, node, nil, []VolumeRecord{rec}, []corev1.PersistentVolume{pv}, false, nil)
 	if len(acts) != 1 || acts[0].Volume == nil || acts[0].Volume.ID != rec.ID || acts[0].PV.UID != "u-1" || acts[0].PV.ResourceVersion != "42" {
 		t.Errorf("remove action %+v", acts)
 	}

@@ -48,7 +48,7 @@ type DiscoveryConfig struct {
 }
 
 // Parameters discovery mode sets itself, or that make no sense for it.
-var discoveryFixedParams = []string{ParamPool, ParamAdopt, ParamReclaim, ParamWipe, ParamMaxSize}
+var discoveryFixedParams = []string{ParamPool, ParamAdopt, ParamReclaim, ParamWipe, ParamMaxSize, ParamPartition}
 
 // Parameters about a new file system: for blank media only.
 var discoveryFormatParams = []string{ParamLayout, ParamFATType, ParamClusterSize, ParamLabel, ParamFATs}
@@ -113,8 +113,8 @@ const discoveryRetry = time.Minute
 type discovery struct {
 	m   *Manager
 	cfg *DiscoveryConfig
-	// failed holds when making a medium's volume last failed, by medium ID.
-	failed map[string]time.Time
+	// failed holds when making a volume last failed, by what it was to hold.
+	failed map[discoveredUnit]time.Time
 	// fsLabels holds the file system label found when a volume was made, by volume name, for a
 	// PV published again.
 	fsLabels map[string]string
@@ -127,7 +127,7 @@ func (m *Manager) RunDiscovery(ctx context.Context, cfg *DiscoveryConfig) {
 		klog.ErrorS(nil, "media discovery needs the removable-media pool (--media-pool); not running")
 		return
 	}
-	d := &discovery{m: m, cfg: cfg, failed: map[string]time.Time{}, fsLabels: map[string]string{}}
+	d := &discovery{m: m, cfg: cfg, failed: map[discoveredUnit]time.Time{}, fsLabels: map[string]string{}}
 	klog.InfoS("media discovery running", "storageClass", cfg.StorageClass, "reclaimPolicy", cfg.ReclaimPolicy, "blank", cfg.Blank, "interval", cfg.Interval)
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
@@ -149,7 +149,7 @@ func (m *Manager) discoveredVolumes() []VolumeRecord {
 	defer m.mu.Unlock()
 	var out []VolumeRecord
 	for _, v := range m.state.Volumes {
-		if v.Device != "" && !v.Ephemeral && v.Name == discoveredName(m.cfg.NodeID, v.Device) {
+		if v.Device != "" && !v.Ephemeral && v.Name == discoveredName(m.cfg.NodeID, unitKey(v.Device, v.Partition)) {
 			out = append(out, *v)
 		}
 	}
@@ -173,9 +173,9 @@ func (d *discovery) round(ctx context.Context) error {
 	for _, m := range media {
 		seen[m.ID] = true
 	}
-	for id := range d.failed {
-		if !seen[id] {
-			delete(d.failed, id) // pulled out: plugged in again, it is tried at once
+	for u := range d.failed {
+		if !seen[u.Medium] {
+			delete(d.failed, u) // pulled out: plugged in again, it is tried at once
 		}
 	}
 	for _, a := range planDiscovery(d.cfg.DriverName, d.m.cfg.NodeID, media, vols, list.Items, d.cfg.Blank, d.cfg.selects) {
@@ -191,12 +191,13 @@ func (d *discovery) do(ctx context.Context, a discoveryAction) error {
 	pvs := d.cfg.Client
 	switch a.Kind {
 	case discoverCreate:
-		if t, ok := d.failed[a.Medium.ID]; ok && time.Since(t) < discoveryRetry {
+		unit := discoveredUnit{a.Medium.ID, a.Partition}
+		if t, ok := d.failed[unit]; ok && time.Since(t) < discoveryRetry {
 			return nil
 		}
-		rec, label, err := d.m.CreateDiscoveredVolume(d.cfg, a.Medium)
+		rec, label, err := d.m.CreateDiscoveredVolume(d.cfg, a.Medium, a.Partition)
 		if err != nil {
-			d.failed[a.Medium.ID] = time.Now()
+			d.failed[unit] = time.Now()
 			return fmt.Errorf("medium %s (%s) not published: %w", a.Medium.ID, a.Medium.Kernel, err)
 		}
 		d.fsLabels[a.Name] = label
@@ -259,14 +260,17 @@ func (d *discovery) forget(ctx context.Context, rec VolumeRecord) error {
 }
 
 // CreateDiscoveredVolume makes the volume discovery mode publishes for a medium the pool's scan
-// sees (MediaStatus): named after the node and the medium, holding the medium's FAT file system
-// with its files (checked in a mounter), or, for a blank medium, a new one made with the
-// configuration's parameters. It returns the volume and its file system's label.
-func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStatus) (VolumeRecord, string, error) {
+// sees (MediaStatus), whole (partition "") or one FAT partition of it (its number, or a GPT
+// partition's GUID): named after the node, the medium and the partition; holding the medium's
+// FAT file system with its files (checked in a mounter, as adopt=true checks it), or, for a
+// blank medium, a new one made with the configuration's parameters. It returns the volume and
+// its file system's label.
+func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStatus, partition string) (VolumeRecord, string, error) {
 	if m.usb == nil {
 		return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
 	}
 	params := cfg.adopt
+	params.Partition = partition
 	if medium.State == mediumBlank {
 		if !cfg.Blank {
 			return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "removable medium %s is blank and blank media are not published", medium.ID)
@@ -274,44 +278,47 @@ func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStat
 		params = cfg.format
 	}
 	var label string
-	rec, err := m.createVolume(discoveredName(m.cfg.NodeID, medium.ID), 0, 0, params, m.claimMedium(medium.ID, &label))
+	name := discoveredName(m.cfg.NodeID, unitKey(medium.ID, partition))
+	rec, err := m.createVolume(name, 0, 0, params, m.claimMedium(medium.ID, &label))
 	return rec, label, err
 }
 
-// claimMedium claims the named medium for a discovered volume, the way claimUSB claims the one
-// it picks: free (allowed, not used by the host, not claimed), then with adopt its file system
-// checked in a mounter and kept (its label put in *fsLabel), else formatted, when it is still
-// blank. createVolume calls it with m.provision held.
+// claimMedium claims the named medium (or, adopting, the partition params.Partition names) for a
+// discovered volume, the way claimUSB claims the one it picks: free (allowed, not used by the
+// host, the part taken not claimed), then with adopt its file system checked in a mounter and
+// kept (adoptUSB; its label put in *fsLabel), else formatted whole, when it is still blank.
+// createVolume calls it with m.provision held.
 func (m *Manager) claimMedium(id string, fsLabel *string) claimFunc {
-	return func(_, _ int64, params Params) (usbDevice, error) {
-		free, _, err := m.freeUSB()
+	return func(_, _ int64, params Params) (usbClaim, error) {
+		free, claims, _, err := m.freeUSB()
 		if err != nil {
-			return usbDevice{}, status.Error(codes.Internal, err.Error())
+			return usbClaim{}, status.Error(codes.Internal, err.Error())
 		}
 		for _, d := range free {
 			if d.ID != id {
 				continue
 			}
 			if params.Adopt {
-				label, err := m.checkAdoptable(d)
-				if err != nil {
-					return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): not adoptable: %v", d.ID, d.Kernel, err)
+				c, why := m.adoptUSB(d, claims[d.ID], func(int64) bool { return true }, params)
+				if c == nil {
+					return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): %s", d.ID, d.Kernel, strings.Join(why, "; "))
 				}
-				if miss := params.selection.labelMismatch(label); miss != "" {
-					return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): %s", d.ID, d.Kernel, miss)
-				}
-				*fsLabel = label
-				return d, nil
+				*fsLabel = c.label
+				return *c, nil
+			}
+			if c := claims[d.ID]; c != nil {
+				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s: volumes hold its partitions (%s)", d.ID, c.volumes())
 			}
 			if state, _, why := probeMedium(d); state != mediumBlank {
-				return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s) is no longer blank: %s", d.ID, d.Kernel, why)
+				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s) is no longer blank: %s", d.ID, d.Kernel, why)
 			}
-			if err := formatNewDevice(d.Path, params); err != nil {
-				return usbDevice{}, status.Errorf(claimCode(err, codes.Internal), "format removable medium %s (%s): %v", d.ID, d.Path, err)
+			part, err := formatNewDevice(d.Path, params)
+			if err != nil {
+				return usbClaim{}, status.Errorf(claimCode(err, codes.Internal), "format removable medium %s (%s): %v", d.ID, d.Path, err)
 			}
 			*fsLabel = params.Label
-			return d, nil
+			return usbClaim{dev: d, size: part.Size, label: params.Label}, nil
 		}
-		return usbDevice{}, status.Errorf(codes.FailedPrecondition, "removable medium %s is not free: pulled out, used by the host or claimed", id)
+		return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s is not free: pulled out, used by the host or claimed", id)
 	}
 }

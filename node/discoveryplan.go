@@ -2,6 +2,7 @@ package node
 
 import (
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -32,11 +33,12 @@ const (
 // discoveryAction is one thing to do: on a medium (create, publish), a PV (remove, mark,
 // unmark) or a volume (forget, and remove's volume when there is one).
 type discoveryAction struct {
-	Kind   string
-	Name   string // the volume's and PV's name
-	Medium MediumStatus
-	PV     *corev1.PersistentVolume
-	Volume *VolumeRecord
+	Kind      string
+	Name      string // the volume's and PV's name
+	Medium    MediumStatus
+	Partition string // create: the partition to adopt, "" for the medium whole
+	PV        *corev1.PersistentVolume
+	Volume    *VolumeRecord
 }
 
 // planDiscovery decides one round. media is what the pool's scan sees now; volumes are the
@@ -62,7 +64,8 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []Vo
 		pv := &pvs[i]
 		pvNames[pv.Name] = true
 		id := pv.Annotations[driverName+annSuffixMedium]
-		if id == "" || discoveredName(nodeID, id) != pv.Name || !handleOnNode(pv, nodeID) {
+		key := unitKey(id, pv.Annotations[driverName+annSuffixPartition])
+		if id == "" || discoveredName(nodeID, key) != pv.Name || !handleOnNode(pv, nodeID) {
 			continue // not one this node's loop made: never touched
 		}
 		_, here := present[id]
@@ -86,18 +89,23 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []Vo
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	for _, v := range volumes {
+		// Published; or released and about to be deleted by the provisioner, after which the
+		// medium is published again.
+		if _, here := present[v.Device]; here && !pvNames[v.Name] {
+			out = append(out, discoveryAction{Kind: discoverPublish, Name: v.Name, Medium: present[v.Device], Volume: vols[v.Name]})
+		}
+	}
 	for _, id := range ids {
 		m := present[id]
-		name := discoveredName(nodeID, id)
-		switch {
-		case pvNames[name]:
-			// Published; or released and about to be deleted by the provisioner, after which the
-			// medium is published again.
-		case vols[name] != nil:
-			out = append(out, discoveryAction{Kind: discoverPublish, Name: name, Medium: m, Volume: vols[name]})
-		case selects != nil && !selects(m):
-		case m.State == mediumFAT || (blank && m.State == mediumBlank):
-			out = append(out, discoveryAction{Kind: discoverCreate, Name: name, Medium: m})
+		if selects != nil && !selects(m) {
+			continue
+		}
+		for _, part := range freeUnits(m, blank) {
+			name := discoveredName(nodeID, unitKey(id, part))
+			if !pvNames[name] && vols[name] == nil {
+				out = append(out, discoveryAction{Kind: discoverCreate, Name: name, Medium: m, Partition: part})
+			}
 		}
 	}
 	return out
@@ -110,4 +118,32 @@ func handleOnNode(pv *corev1.PersistentVolume, nodeID string) bool {
 	}
 	id, err := ParseVolumeID(pv.Spec.CSI.VolumeHandle)
 	return err == nil && id.Node == nodeID
+}
+
+// freeUnits are the parts of a medium a discovered volume may take: each free FAT partition of a
+// partitioned one (by its ID), or a free superfloppy, or a blank one when blank media are
+// published, whole ("").
+func freeUnits(m MediumStatus, blank bool) []string {
+	if m.Content == "partition" {
+		var out []string
+		for _, p := range m.Partitions {
+			if p.State == mediumFAT {
+				out = append(out, p.ID())
+			}
+		}
+		return out
+	}
+	if m.State == mediumFAT || (blank && m.State == mediumBlank) {
+		return []string{""}
+	}
+	return nil
+}
+
+// ID is the partition as a volume records it: a GPT partition's GUID, else its number (as
+// layout.Partition.ID has it).
+func (p PartitionStatus) ID() string {
+	if p.GUID != "" {
+		return p.GUID
+	}
+	return strconv.Itoa(p.Number)
 }

@@ -29,10 +29,15 @@ const (
 	labelSuffixModel  = "/model"
 	labelSuffixFS     = "/fs-label"
 	labelSuffixSize   = "/size"
+	// labelSuffixPartition is the partition a volume is in (its number, or a GPT partition's
+	// GUID), absent for a medium taken whole.
+	labelSuffixPartition = "/partition"
 	// labelSuffixPresent is "false" while a bound PV's medium is pulled out, "true" otherwise.
 	labelSuffixPresent = "/present"
 	// annSuffixMedium is the medium's stable ID, unsanitised (a label value cannot hold every ID).
 	annSuffixMedium = "/medium"
+	// annSuffixPartition is the partition, as the volume records it; absent for a whole medium.
+	annSuffixPartition = "/partition"
 	// annSuffixGoneSince is when a bound PV's medium was found gone (RFC 3339), while it is.
 	annSuffixGoneSince = "/gone-since"
 	// annProvisionedBy names the driver whose external-provisioner deletes the PV (DeleteVolume)
@@ -41,12 +46,25 @@ const (
 	annProvisionedBy = "pv.kubernetes.io/provisioned-by"
 )
 
-// discoveredName is the name of the volume (and of its PV) discovery mode makes for a medium on a
-// node: stable across re-plugging and restarts, a valid volume name and PV name (DNS-1123: lower
-// case letters, digits and '-'), at most 4+30+1+16 = 51 bytes. The node's name is there for the
-// reader; the hash of node and medium makes it unique.
-func discoveredName(node, mediumID string) string {
-	sum := sha256.Sum256([]byte(node + "\x00" + mediumID))
+// discoveredUnit is what one discovered volume holds: a medium whole (Partition "") or one FAT
+// partition of it (its number, or a GPT partition's GUID, as VolumeRecord.Partition has it).
+type discoveredUnit struct{ Medium, Partition string }
+
+// unitKey names what a discovered volume holds in one string: the medium's ID, and "#" and the
+// partition for one partition of it.
+func unitKey(mediumID, partition string) string {
+	if partition == "" {
+		return mediumID
+	}
+	return mediumID + "#" + partition
+}
+
+// discoveredName is the name of the volume (and of its PV) discovery mode makes for a medium, or
+// a partition of it (key, unitKey), on a node: stable across re-plugging and restarts, a valid
+// volume name and PV name (DNS-1123: lower case letters, digits and '-'), at most 4+30+1+16 = 51
+// bytes. The node's name is there for the reader; the hash of node and key makes it unique.
+func discoveredName(node, key string) string {
+	sum := sha256.Sum256([]byte(node + "\x00" + key))
 	part := dnsLabelPart(node, 30)
 	if part == "" {
 		return "fat-" + hex.EncodeToString(sum[:8])
@@ -99,17 +117,19 @@ func labelValue(s string) string {
 	return string(b)
 }
 
-// discoveryLabels are the labels a claim's selector picks a medium by.
-func discoveryLabels(driverName, nodeID string, m MediumStatus, fsLabel string) map[string]string {
+// discoveryLabels are the labels a claim's selector picks a medium by; the size is the volume's
+// (a partition's, for a volume in one).
+func discoveryLabels(driverName, nodeID string, m MediumStatus, rec VolumeRecord, fsLabel string) map[string]string {
 	l := map[string]string{
-		labelManagedBy:                  DiscoveryManagedBy,
-		driverName + "/node":            labelValue(nodeID),
-		driverName + labelSuffixSize:    strconv.FormatInt(m.Size, 10),
-		driverName + labelSuffixPresent: "true",
-		driverName + labelSuffixSerial:  labelValue(m.Serial),
-		driverName + labelSuffixVendor:  labelValue(m.Vendor),
-		driverName + labelSuffixModel:   labelValue(m.Model),
-		driverName + labelSuffixFS:      labelValue(fsLabel),
+		labelManagedBy:                    DiscoveryManagedBy,
+		driverName + "/node":              labelValue(nodeID),
+		driverName + labelSuffixSize:      strconv.FormatInt(rec.Size, 10),
+		driverName + labelSuffixPartition: labelValue(rec.Partition),
+		driverName + labelSuffixPresent:   "true",
+		driverName + labelSuffixSerial:    labelValue(m.Serial),
+		driverName + labelSuffixVendor:    labelValue(m.Vendor),
+		driverName + labelSuffixModel:     labelValue(m.Model),
+		driverName + labelSuffixFS:        labelValue(fsLabel),
 	}
 	for k, v := range l {
 		if v == "" {
@@ -128,14 +148,15 @@ func discoverySelector(driverName, nodeID string) string {
 // only (node affinity on the topology key), its capacity the medium's size, ReadWriteOnce (a PV
 // cannot have ReadWriteOncePod besides, and one node is what the medium gives).
 func (c *DiscoveryConfig) discoveredPV(nodeID, topologyKey string, rec VolumeRecord, m MediumStatus, fsLabel string) *corev1.PersistentVolume {
+	ann := map[string]string{annProvisionedBy: c.DriverName, c.DriverName + annSuffixMedium: rec.Device}
+	if rec.Partition != "" {
+		ann[c.DriverName+annSuffixPartition] = rec.Partition
+	}
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   rec.Name,
-			Labels: discoveryLabels(c.DriverName, nodeID, m, fsLabel),
-			Annotations: map[string]string{
-				annProvisionedBy:               c.DriverName,
-				c.DriverName + annSuffixMedium: rec.Device,
-			},
+			Name:        rec.Name,
+			Labels:      discoveryLabels(c.DriverName, nodeID, m, rec, fsLabel),
+			Annotations: ann,
 		},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(rec.Size, resource.BinarySI)},
