@@ -157,17 +157,18 @@ func (m *Manager) discoveredVolumes() []VolumeRecord {
 	return out
 }
 
-// round looks once and acts on what it sees. The volumes are read before the media, so a volume
-// the provisioner deletes in between is seen with its medium free: published again next round.
+// round looks once and acts on what it sees. The PVs are listed first, then the volumes read,
+// then the media: the provisioner deletes a released volume before its PV, so a volume seen
+// without its PV is one whose PV is really missing, never one being deleted.
 func (d *discovery) round(ctx context.Context) error {
+	list, err := d.cfg.Client.List(ctx, metav1.ListOptions{LabelSelector: discoverySelector(d.cfg.DriverName, d.m.cfg.NodeID)})
+	if err != nil {
+		return fmt.Errorf("list PersistentVolumes: %w", err)
+	}
 	vols := d.m.discoveredVolumes()
 	media, err := d.m.MediaStatus()
 	if err != nil {
 		return err
-	}
-	list, err := d.cfg.Client.List(ctx, metav1.ListOptions{LabelSelector: discoverySelector(d.cfg.DriverName, d.m.cfg.NodeID)})
-	if err != nil {
-		return fmt.Errorf("list PersistentVolumes: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, m := range media {
@@ -211,7 +212,7 @@ func (d *discovery) do(ctx context.Context, a discoveryAction) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete PersistentVolume %s of pulled medium %s: %w", a.Name, a.PV.Annotations[d.cfg.DriverName+annSuffixMedium], err)
 		}
-		klog.InfoS("media discovery: medium pulled out, its unbound PV deleted", "pv", a.Name, "medium", a.PV.Annotations[d.cfg.DriverName+annSuffixMedium])
+		klog.InfoS("media discovery: unbound PV deleted", "pv", a.Name, "medium", a.PV.Annotations[d.cfg.DriverName+annSuffixMedium], "why", a.Why)
 		if a.Volume == nil {
 			return nil
 		}

@@ -19,7 +19,9 @@ const (
 	// discoverPublish makes the PV of a discovered volume that has none (the PV was deleted by
 	// hand, or the plugin stopped between the two steps of a create).
 	discoverPublish = "publish"
-	// discoverRemove deletes the PV of a pulled medium that no claim is bound to, then its volume.
+	// discoverRemove deletes a PV no claim is bound to, then its volume: its medium was pulled
+	// out, or its volume does not exist (the node's state was lost; the medium, still there, is
+	// published again next round).
 	discoverRemove = "remove"
 	// discoverForget deletes the volume of a pulled medium that has no PV any more.
 	discoverForget = "forget"
@@ -37,6 +39,7 @@ type discoveryAction struct {
 	Name      string // the volume's and PV's name
 	Medium    MediumStatus
 	Partition string // create: the partition to adopt, "" for the medium whole
+	Why       string // remove: why
 	PV        *corev1.PersistentVolume
 	Volume    *VolumeRecord
 }
@@ -72,7 +75,9 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []Vo
 		marked := pv.Labels[driverName+labelSuffixPresent] == "false"
 		switch {
 		case !here && pv.Spec.ClaimRef == nil:
-			out = append(out, discoveryAction{Kind: discoverRemove, Name: pv.Name, PV: pv, Volume: vols[pv.Name]})
+			out = append(out, discoveryAction{Kind: discoverRemove, Name: pv.Name, PV: pv, Volume: vols[pv.Name], Why: "medium pulled out"})
+		case pv.Spec.ClaimRef == nil && vols[pv.Name] == nil:
+			out = append(out, discoveryAction{Kind: discoverRemove, Name: pv.Name, PV: pv, Why: "its volume does not exist"})
 		case !here && !marked:
 			out = append(out, discoveryAction{Kind: discoverMark, Name: pv.Name, PV: pv})
 		case here && marked:
