@@ -121,7 +121,7 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
 	}
 	s.fuse = srv
-	if err := raiseReadahead(mountpoint, mo.MaxWrite/1024); err != nil && opts.Debug {
+	if err := RaiseReadahead(mountpoint, ReadaheadKB); err != nil && opts.Debug {
 		log.Printf("fatfuse: %v; the kernel's read ahead stays at its default", err)
 	}
 	return s, nil

@@ -554,6 +554,12 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		}
 		return fail(mounterCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)
 	}
+	// The session is up (the mounter answers once the kernel's INIT is answered, which would
+	// have lowered it again): the read-ahead the unprivileged mounter cannot raise, the plugin
+	// raises, without a request to the mount.
+	if err := fatfuse.RaiseReadahead(st.Path, fatfuse.ReadaheadKB); err != nil {
+		klog.V(2).InfoS("the mount's read-ahead stays at the kernel's default", "volume", rec.ID, "reason", err)
+	}
 	st.Mounter = p.record()
 	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: damage}, nil
 }
