@@ -50,6 +50,9 @@ type Manager struct {
 	// cannot both count on the same free space or claim the same device.
 	provision sync.Mutex
 
+	// layoutProbes are the recent looks at what free removable media hold.
+	layoutProbes layoutProbeCache
+
 	mu     sync.Mutex // guards state and served
 	state  *State
 	served map[string]*servedVolume // by volume name
@@ -358,7 +361,7 @@ func (m *Manager) Capacity(params Params) (int64, error) {
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		return usbCapacity(free, params), nil
+		return m.usbCapacity(free, params), nil
 	default:
 		c, err := m.imageCapacity()
 		if err != nil {

@@ -96,7 +96,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 				st.Content = "held"
 			}
 		default:
-			st.State, st.Content, st.Reason = probeMedium(d.usbDevice)
+			st.State, st.Content, st.Reason = m.probeMedium(d.usbDevice)
 		}
 		out = append(out, st)
 	}
@@ -104,7 +104,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 }
 
 // probeMedium names what a free device holds, and why that makes it usable or not.
-func probeMedium(d usbDevice) (state, content, reason string) {
+func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
 	f, err := os.Open(d.Path)
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
@@ -114,7 +114,7 @@ func probeMedium(d usbDevice) (state, content, reason string) {
 	if n, err := unix.IoctlGetUint32(int(f.Fd()), unix.BLKSSZGET); err == nil && n >= 512 {
 		lbs = int(n)
 	}
-	r, err := layout.Probe(rawMedium{f, d.Size, lbs})
+	r, err := m.probeLayout(f, d, lbs)
 	const usable = ": adopted by adopt=true, formatted for a new volume"
 	switch {
 	case err != nil:

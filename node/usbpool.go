@@ -76,7 +76,7 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 			return d, nil
 		}
 		var foreign *foreignError
-		if err := formatNewDevice(d.Path, params); errors.Is(err, blockdev.ErrInUse) {
+		if err := m.formatNewDevice(d.Path, params); errors.Is(err, blockdev.ErrInUse) {
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
 		} else if errors.As(err, &foreign) {
@@ -117,13 +117,14 @@ func (e *foreignError) Error() string {
 // formatNewDevice formats a free device for a new volume, claimed (O_EXCL) from the look at
 // what it holds to the end of the format: a FAT one or a blank one, and anything with wipe=true;
 // else a *foreignError and nothing written.
-func formatNewDevice(path string, params Params) error {
+func (m *Manager) formatNewDevice(path string, params Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return err
 	}
+	defer m.forgetProbe(path)
 	if !params.Wipe {
-		r, err := layout.Probe(dev)
+		r, err := m.probeForFormat(dev)
 		if err == nil && !r.Usable && !r.Blank {
 			err = &foreignError{reason: r.Reason}
 		}

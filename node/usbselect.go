@@ -103,7 +103,7 @@ func (s selection) addTo(m map[string]string) {
 // usbCapacity is the largest free stick a CreateVolume with these parameters could claim: one
 // the patterns select that holds FAT when adopting, and without wipe=true one that is blank or
 // holds FAT (layout.Probe, a few KiB of each stick looked at, largest first).
-func usbCapacity(free []usbDevice, params Params) int64 {
+func (m *Manager) usbCapacity(free []usbDevice, params Params) int64 {
 	for i := len(free) - 1; i >= 0; i-- {
 		d := free[i]
 		if params.selection.mismatch(d) != "" {
@@ -112,7 +112,7 @@ func usbCapacity(free []usbDevice, params Params) int64 {
 		if params.Wipe {
 			return d.Size
 		}
-		state, _, _ := probeMedium(d)
+		state, _, _ := m.probeMedium(d)
 		if state == mediumFAT || (state == mediumBlank && !params.Adopt) {
 			return d.Size
 		}
