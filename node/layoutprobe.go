@@ -144,7 +144,7 @@ func (c MounterConfig) runProbe(dev *os.File, path string, size int64, lbs int) 
 		return nil, fmt.Errorf("the probe of %s (pid %d) did not answer within %v: killed", path, pid, timeout)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the probe of %s (pid %d) failed: %v%s", path, pid, err, lastLine(stderr.Bytes()))
+		return nil, fmt.Errorf("the probe of %s (pid %d) failed: %v%s", path, pid, err, firstLine(stderr.Bytes()))
 	}
 	if stdout.over {
 		return nil, fmt.Errorf("the probe of %s (pid %d) answered more than %d bytes: refused", path, pid, protocol.MaxProbeAnswer)
@@ -249,10 +249,11 @@ func cleanReason(s string) string {
 	return s[:n]
 }
 
-// lastLine is the last line of a prober's standard error, cleaned, as ": line", or "".
-func lastLine(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if l := cleanReason(lines[len(lines)-1]); l != "" {
+// firstLine is the first line of a prober's standard error, cleaned, as ": line", or "": its
+// own error, or the Go runtime's fatal error or panic before the stacks.
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if l := cleanReason(line); l != "" {
 		return ": " + l
 	}
 	return ""
