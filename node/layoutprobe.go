@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
@@ -76,7 +77,11 @@ func (m *Manager) probeLayout(f *os.File, d usbDevice, lbs int) (*layout.Report,
 		return layout.Probe(rawMedium{f, d.Size, lbs})
 	}
 	return m.layoutProbes.get(f, d, lbs, func() (*layout.Report, error) {
-		return m.cfg.Mounter.runProbe(f, d.Path, d.Size, lbs)
+		r, err := m.cfg.Mounter.runProbe(f, d.Path, d.Size, lbs)
+		if err != nil {
+			klog.InfoS("removable medium unreadable: its probe failed", "device", d.ID, "path", d.Path, "err", err)
+		}
+		return r, err
 	})
 }
 
@@ -95,6 +100,7 @@ func (m *Manager) probeForFormat(dev *blockdev.File) (*layout.Report, error) {
 	defer ro.Close()
 	r, err := m.cfg.Mounter.runProbe(ro, dev.Path(), dev.Size(), dev.LogicalBlockSize())
 	if err != nil {
+		klog.InfoS("removable medium not formatted: its probe failed", "path", dev.Path(), "err", err)
 		return &layout.Report{Reason: fmt.Sprintf("what it holds could not be read: %v", err)}, nil
 	}
 	return r, nil
