@@ -284,11 +284,11 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 
 func (c *cappedBuffer) Bytes() []byte { return c.buf.Bytes() }
 
-// layoutProbeCache keeps the last look at each device for probeCacheTTL. Its zero value is
-// ready.
+// layoutProbeCache keeps the last look at each device for probeCacheTTL, and makes looks at
+// one device at once share one prober. Its zero value is ready.
 type layoutProbeCache struct {
 	mu      sync.Mutex
-	entries map[string]layoutProbeEntry // by device path
+	entries map[string]*layoutProbeEntry // by device path
 }
 
 // layoutProbeKey is what must not change for a look at a device to be reused.
@@ -300,15 +300,26 @@ type layoutProbeKey struct {
 	diskseq    uint64 // the kernel's disk sequence number: new for each medium a device gets
 }
 
+// layoutProbeEntry is one look; report and err are set before done is closed.
 type layoutProbeEntry struct {
 	key    layoutProbeKey
-	at     time.Time
+	start  time.Time
+	done   chan struct{}
 	report *layout.Report
 	err    error
 }
 
-// get returns the look at d (open as f) taken less than probeCacheTTL ago, or takes one with
-// probe. Two looks at once at one device may both run the prober; the later one is kept.
+func (e *layoutProbeEntry) finished() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// get returns the look at d (open as f) started less than probeCacheTTL ago, waits for the one
+// under way, or takes one with probe.
 func (c *layoutProbeCache) get(f *os.File, d usbDevice, lbs int, probe func() (*layout.Report, error)) (*layout.Report, error) {
 	key := layoutProbeKey{id: d.ID, kernel: d.Kernel, size: d.Size, lbs: lbs}
 	var st unix.Stat_t
@@ -317,27 +328,29 @@ func (c *layoutProbeCache) get(f *os.File, d usbDevice, lbs int, probe func() (*
 	}
 	key.diskseq = diskSeq(f)
 	c.mu.Lock()
-	e, ok := c.entries[d.Path]
-	c.mu.Unlock()
-	if ok && e.key == key && time.Since(e.at) < probeCacheTTL {
+	if e := c.entries[d.Path]; e != nil && e.key == key && (!e.finished() || time.Since(e.start) < probeCacheTTL) {
+		c.mu.Unlock()
+		<-e.done
 		return e.report, e.err
 	}
-	r, err := probe()
-	c.mu.Lock()
 	if c.entries == nil {
-		c.entries = map[string]layoutProbeEntry{}
+		c.entries = map[string]*layoutProbeEntry{}
 	}
 	for p, e := range c.entries {
-		if time.Since(e.at) >= probeCacheTTL {
+		if e.finished() && time.Since(e.start) >= probeCacheTTL {
 			delete(c.entries, p)
 		}
 	}
-	c.entries[d.Path] = layoutProbeEntry{key: key, at: time.Now(), report: r, err: err}
+	e := &layoutProbeEntry{key: key, start: time.Now(), done: make(chan struct{})}
+	c.entries[d.Path] = e
 	c.mu.Unlock()
-	return r, err
+	e.report, e.err = probe()
+	close(e.done)
+	return e.report, e.err
 }
 
-// forget drops the look at the device at path.
+// forget drops the look at the device at path, and the one under way: the device is being
+// written, so what they saw is not kept (those waiting for the one under way still get it).
 func (c *layoutProbeCache) forget(path string) {
 	c.mu.Lock()
 	delete(c.entries, path)

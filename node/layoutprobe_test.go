@@ -130,26 +130,35 @@ func reportFields(r *layout.Report) string {
 		r.Usable, r.Blank, r.FAT.Number, r.FAT.Start, r.FAT.Size, kind, whole, r.Reason)
 }
 
+// proberPIDs are the probers this process runs.
+func proberPIDs() []int {
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.Contains(s[:i], "(csi-fat-probe") {
+			continue
+		}
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			pid, _ := strconv.Atoi(strings.Fields(s)[0])
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // proberPID waits for the prober this process started and returns its pid.
 func proberPID(t *testing.T) int {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		procs, _ := filepath.Glob("/proc/[0-9]*/stat")
-		for _, p := range procs {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				continue
-			}
-			// pid (comm) state ppid ...
-			s := string(b)
-			i := strings.LastIndexByte(s, ')')
-			if i < 0 || !strings.Contains(s[:i], "(csi-fat-probe") {
-				continue
-			}
-			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
-				pid, _ := strconv.Atoi(strings.Fields(s)[0])
-				return pid
-			}
+		if pids := proberPIDs(); len(pids) > 0 {
+			return pids[0]
 		}
 	}
 	t.Fatal("no prober started")
@@ -243,6 +252,28 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		}
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
 			t.Errorf("prober %d is still there", pid)
+		}
+	})
+	t.Run("Shared", func(t *testing.T) {
+		// Three looks at once at the device (a scrape, a GetCapacity, /media) share one prober.
+		prober.forgetProbe(d.Path) // the look before is still fresh
+		done := make(chan string, 3)
+		look := func() {
+			state, _, reason := prober.probeMedium(d)
+			done <- state + ": " + reason
+		}
+		go look()
+		proberPID(t)
+		go look()
+		go look()
+		time.Sleep(300 * time.Millisecond)
+		if pids := proberPIDs(); len(pids) != 1 {
+			t.Errorf("%d probers for three looks at once at one device, want 1", len(pids))
+		}
+		for range 3 {
+			if v := <-done; !strings.Contains(v, "did not answer within") {
+				t.Errorf("a look: %s; want the one prober's end", v)
+			}
 		}
 	})
 	t.Run("Format", func(t *testing.T) {
