@@ -94,6 +94,20 @@ func TestProbeInProber(t *testing.T) {
 			t.Errorf("%s: pool with a prober: %s, %q, %q; in process: %s, %q, %q; want %s, %q", c.d.Path, gs, gc, gr, ws, wc, wr, c.state, c.conts)
 		}
 	}
+	// A GPT of 60 partitions: the reason names each, far more than the 1 KiB a reason may hold; the
+	// prober cuts it, and the pool names the stick as layout.Probe here does.
+	gpt, gptDev := probeStick(t, fake, 72<<20, "PROBE05")
+	runTool(t, "label: gpt\n"+strings.Repeat(",1M\n", 60), "sfdisk", "--no-reread", "--no-tell-kernel", "-q", gpt.Loop)
+	if key := diskSeq(openFile(t, gpt.Loop)); key == 0 || key == diskSeq(openFile(t, super.Loop)) {
+		t.Errorf("disk sequence numbers %d and %d of two loop devices: want two, not 0", key, diskSeq(openFile(t, super.Loop)))
+	}
+	ws, wc, wr := inProcess.probeMedium(gptDev)
+	gs, gc, gr := prober.probeMedium(gptDev)
+	cut := strings.TrimSuffix(gr, " (wipe=true formats it)")
+	if gs != ws || gc != wc || gs != mediumForeign || gc != "partition_table" || len(wr) < 4*protocol.MaxProbeReason ||
+		len(cut) > protocol.MaxProbeReason || !strings.HasSuffix(cut, " …") || !strings.HasPrefix(wr, strings.TrimSuffix(cut, " …")) {
+		t.Errorf("GPT of 60 partitions: with a prober %s, %s, %d bytes %.80q...; in process %s, %s, %d bytes", gs, gc, len(gr), gr, ws, wc, len(wr))
+	}
 	// Formatting for a new volume: the FAT and blank sticks are formatted, the ext4 one is not,
 	// for the reason layout.Probe gives.
 	params, err := ParseParams(map[string]string{ParamPool: PoolUSB})
@@ -114,6 +128,17 @@ func TestProbeInProber(t *testing.T) {
 		t.Errorf("format of the ext4 stick: %v; want not formatted: %s", err, want)
 	}
 	runTool(t, "", "fsck.ext4", "-n", ext4.Loop)
+}
+
+// openFile opens path read-only until the test ends.
+func openFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
 // reportFields is what the pool reads of a report.
