@@ -12,6 +12,12 @@
 #                durable; raw is the host's own file system (a directory beside the images)
 #   tree read    the same tree read back cold with tar -cf - | wc -c, caches dropped (and the
 #                volume remounted) first
+#   FUSE floor   (csi-fat, LOOPBACK=1) the two tree rows through go-fuse's own loopback file
+#                system over a directory of the host's: what any go-fuse file system pays
+#   device requests  (csi-fat, DEVREQ=1) the 1 GiB write again into a `-o flush` mount of a loop
+#                device with direct I/O to its file: the average write request the device got
+#                (/sys/block/loopN/stat), against the queue's max_sectors_kb and what one
+#                `dd oflag=direct bs=1M` stream gets from the same device
 # For csi-fat it also prints what the server spent: its CPU seconds (user+sys, whole mount
 # including the unmount's writeback) per GiB and per tree, and for the tree the FUSE requests
 # (from -o debug) and the server's syscalls (strace -c -f) per file, from a separate counted run.
@@ -31,6 +37,8 @@
 #   BIG_FILES    count of 1 MiB files (1000; QUICK 50)
 #   SMALL_FILES  count of 4 KiB files (10000; QUICK 500)
 #   TREE         the tree to copy ($(go env GOROOT)/src; QUICK its go/ subtree)
+#   LOOPBACK     1 (default): the tree rows through go-fuse's loopback file system too; 0: skip
+#   DEVREQ       1 (default): the device-request row on a loop device; 0: skip
 #   COUNT        1 (default): count the tree's FUSE requests and syscalls in an extra run; 0: skip
 #   RAND_MB      bytes read at random (64; QUICK 8), RAND_SECONDS: also stop after that (20; QUICK 5)
 #   TIMEOUT      seconds per fusefat workload before "timeout" (180; QUICK 30)
@@ -57,6 +65,8 @@ TIMEOUT=${TIMEOUT:-180}
 CSI_TIMEOUT=${CSI_TIMEOUT:-600}
 TREE=${TREE:-$(go env GOROOT)/src}
 COUNT=${COUNT:-1}
+DEVREQ=${DEVREQ:-1}
+LOOPBACK=${LOOPBACK:-1}
 MOUNT_OPTS=${MOUNT_OPTS:-}
 FUSEFAT_OPTS=${FUSEFAT_OPTS:-rw+}
 VERIFY=${VERIFY:-csi-fat}
@@ -83,6 +93,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 WORKDIR=${WORKDIR:-$(mktemp -d "${TMPDIR:-/var/tmp}/fuse-bench.XXXXXX")}
 mnt=$WORKDIR/mnt
 server_pid=
+loopdev=
 fuse_conn=
 
 # abort_fuse ends a wedged FUSE connection so that nothing waits on it any more.
@@ -98,6 +109,7 @@ cleanup() {
 		kill "$server_pid" 2>/dev/null || true
 		wait "$server_pid" 2>/dev/null || true
 	fi
+	if [[ -n ${loopdev:-} ]]; then losetup -d "$loopdev" 2>/dev/null || true; fi
 	if [[ $KEEP != 1 ]]; then rm -rf "$WORKDIR"; else echo "kept $WORKDIR"; fi
 }
 trap cleanup EXIT
@@ -239,6 +251,10 @@ mount_contender() {
 		[[ -n $MOUNT_OPTS ]] && opts=(-o "$MOUNT_OPTS")
 		# First line the peak RSS, second user and system CPU seconds.
 		/usr/bin/time -f $'%M\n%U %S' -o "$rssfile" "$@" "$csifat" mount "${opts[@]}" "$img" "$mnt" 2>>"$WORKDIR/$who.log" &
+		;;
+	loopback)
+		# go-fuse's loopback file system over a directory of the host's (IMAGE is that directory).
+		/usr/bin/time -f $'%M\n%U %S' -o "$rssfile" "$helper" loopback "$img" "$mnt" 2>>"$WORKDIR/$who.log" &
 		;;
 	fusefat)
 		# fusefat logs every cluster it touches: that goes nowhere, or the log would be
@@ -420,6 +436,61 @@ count_tree() {
 	rm -f "$img"
 }
 
+# run_loopback: the tree rows through go-fuse's own loopback file system over a directory of the
+# host's file system, mounted as csi-fat mounts are: the floor of any file system served with
+# go-fuse on this machine (the kernel's FUSE round trips and go-fuse, no FAT engine behind).
+run_loopback() {
+	local dir=$WORKDIR/loopback-tree
+	echo "loopback: go-fuse's loopback file system over $dir"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	warm_tree
+	mount_contender loopback "$dir" loopback-copy
+	measure treecopy loopback bash -c 'cp -r "$1" "$2/" && sync -f "$2"' _ "$TREE" "$mnt"
+	unmount_contender loopback
+	drop_caches
+	mount_contender loopback "$dir" loopback-read
+	measure treeread loopback bash -c 'tar -C "$1" -cf - . | wc -c >/dev/null' _ "$mnt"
+	unmount_contender loopback
+	rm -rf "$dir"
+}
+
+# write_requests DEV: "requests sectors" the block device completed as writes so far
+# (/sys/block/DEV/stat fields 5 and 7; sectors of 512 bytes whatever the device's block size).
+write_requests() { awk '{ print $5, $7 }' "/sys/block/$1/stat"; }
+
+# device_requests: how the 1 GiB copy reaches a device. A loop device with direct I/O to a fresh
+# image file passes each request to the file as it comes (no second page cache merging them), so
+# its request count is what the server's writes became. Contenders: the queue's largest request
+# (max_sectors_kb) and one O_DIRECT dd stream of 1 MiB blocks onto the same device.
+declare -A devreq
+device_requests() {
+	local img=$WORKDIR/loop.img dev opts=flush before_n before_s after_n after_s
+	echo "csi-fat: device requests, a ${SEQ_MB} MiB copy into a -o flush mount of a loop device"
+	truncate -s "${IMAGE_MB}M" "$img"
+	loopdev=$(losetup --find --show --direct-io=on "$img")
+	dev=$(basename "$loopdev")
+	devreq[max]=$(cat "/sys/block/$dev/queue/max_sectors_kb")
+	devreq[dio]=$(cat "/sys/block/$dev/loop/dio" 2>/dev/null || echo ?)
+	read -r before_n before_s < <(write_requests "$dev")
+	dd if=/dev/zero of="$loopdev" bs=1M count="$SEQ_MB" oflag=direct status=none
+	read -r after_n after_s < <(write_requests "$dev")
+	devreq[dd]=$(awk -v n=$((after_n - before_n)) -v s=$((after_s - before_s)) 'BEGIN { if (n) printf "%.0f", s / 2 / n }')
+	mkfs.fat -F 32 "$loopdev" >/dev/null
+	[[ -n $MOUNT_OPTS ]] && opts+=",$MOUNT_OPTS"
+	read -r before_n before_s < <(write_requests "$dev")
+	MOUNT_OPTS=$opts mount_contender csi-fat "$loopdev" devreq
+	dd if=/dev/zero of="$mnt/big" bs=1M count="$SEQ_MB" conv=fsync status=none
+	unmount_contender csi-fat
+	read -r after_n after_s < <(write_requests "$dev")
+	devreq[n]=$((after_n - before_n))
+	devreq[kib]=$(awk -v n="${devreq[n]}" -v s=$((after_s - before_s)) 'BEGIN { if (n) printf "%.0f", s / 2 / n }')
+	fsck.fat -n "$loopdev" >/dev/null || notes+=("device requests: fsck.fat -n found errors on $loopdev")
+	losetup -d "$loopdev"
+	loopdev=
+	rm -f "$img"
+}
+
 # The machine may be shared: say how busy it was, since raw and the mounts run one after another.
 load() { echo "load $(cut -d' ' -f1-3 /proc/loadavg), io pressure $(awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' /proc/pressure/io 2>/dev/null || echo ?)"; }
 load_before=$(load)
@@ -431,6 +502,8 @@ for who in $CONTENDERS; do
 	*) die "unknown contender $who (want raw, csi-fat, fusefat)" ;;
 	esac
 done
+if [[ " $CONTENDERS " == *" csi-fat "* && $LOOPBACK == 1 ]]; then run_loopback; fi
+if [[ " $CONTENDERS " == *" csi-fat "* && $DEVREQ == 1 ]]; then device_requests; fi
 
 # rate ROW WHO: the row's figure of merit, higher is better, or empty.
 rate() {
@@ -467,13 +540,15 @@ echo "disk: $disk ($(findmnt -no FSTYPE -T "$WORKDIR")," \
 	"csi-fat -o ${MOUNT_OPTS:-(none)}; fusefat -o $FUSEFAT_OPTS"
 echo "run took $(awk -v a="$started" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s; before: $load_before; after: $(load)"
 # CPU seconds (user+sys) of the csi-fat server per labelled mount, and per GiB moved.
-cpu_of() { # cpu_of LABEL: the CPU seconds of csi-fat's session with that label
-	local i
+cpu_of() { # cpu_of LABEL: the CPU seconds of the server session (csi-fat's, loopback's) with that label
+	local i f
 	for i in "${!session_label[@]}"; do
-		if [[ ${session_label[$i]} == "$1" && -f $WORKDIR/rss.csi-fat.$i ]]; then
-			awk 'NR == 2 { printf "%.2f", $1 + $2 }' "$WORKDIR/rss.csi-fat.$i"
-			return 0
-		fi
+		for f in "$WORKDIR"/rss.csi-fat."$i" "$WORKDIR"/rss.loopback."$i"; do
+			if [[ ${session_label[$i]} == "$1" && -f $f ]]; then
+				awk 'NR == 2 { printf "%.2f", $1 + $2 }' "$f"
+				return 0
+			fi
+		done
 	done
 	return 0
 }
@@ -508,6 +583,18 @@ if [[ " $CONTENDERS " == *" csi-fat "* ]]; then
 				"$(awk -v c="$c" -v f="$tree_files" 'BEGIN { printf "%.3f", c * 1000 / f }')"
 		fi
 	done
+	for row in treecopy treeread; do
+		if [[ -n $(rate $row loopback) ]]; then
+			echo "  ${row_title[$row]} through go-fuse's loopback over the host's file system (the FUSE floor):" \
+				"$(rate $row loopback) files/s, server $(cpu_of loopback-${row#tree}) s; csi-fat/loopback $(ratio $row csi-fat loopback)"
+		fi
+	done
+	if [[ -n ${devreq[kib]:-} ]]; then
+		echo "device write requests of a ${SEQ_MB} MiB copy into a -o flush mount of a loop device (dio=${devreq[dio]}):" \
+			"${devreq[n]} requests, ${devreq[kib]} KiB on average; queue max_sectors_kb ${devreq[max]}" \
+			"(ratio $(awk -v a="${devreq[kib]}" -v b="${devreq[max]}" 'BEGIN { printf "%.2f", a / b }'));" \
+			"dd oflag=direct bs=1M onto the device: ${devreq[dd]:-?} KiB on average"
+	fi
 	for k in requests/copy requests/read syscalls/copy syscalls/read; do
 		if [[ -n ${counted[$k]:-} ]]; then
 			what="FUSE requests"

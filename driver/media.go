@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -33,6 +34,21 @@ func (d *Driver) mediaStatus(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(tw, "DEVICE\tID\tSIZE\tSTATE\tCONTENT\tREASON")
 		for _, m := range media {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Kernel, dash(m.ID), dash(humanSize(m.Size)), m.State, dash(m.Content), m.Reason)
+			for _, p := range m.Partitions {
+				// One line per FAT partition, under its device: its ID is what a volume records.
+				id := strconv.Itoa(p.Number)
+				if p.GUID != "" {
+					id = p.GUID
+				}
+				why := "free for adopt=true (" + p.Type + ")"
+				if p.Volume != "" {
+					why = "claimed by volume " + p.Volume
+				}
+				if p.Name != "" {
+					why += fmt.Sprintf(", named %q", p.Name)
+				}
+				fmt.Fprintf(tw, "  partition %d\t%s\t%s\t%s\t%s\t%s\n", p.Number, id, humanSize(p.Size), p.State, "partition", why)
+			}
 		}
 		tw.Flush()
 	default:

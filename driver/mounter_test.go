@@ -213,6 +213,10 @@ func TestPlainHostMounterOutlivesDriver(t *testing.T) {
 	if sid, err := unix.Getsid(mr.PID); err != nil || sid != mr.PID {
 		t.Fatalf("mounter's session %d, %v: want a session of its own", sid, err)
 	}
+	// It could not open the image itself: the driver handed it an O_DIRECT twin for large writes.
+	if img := directDescriptor(t, mr.PID); img == "" {
+		t.Fatal("the mounter holds no O_DIRECT descriptor of its image")
+	}
 	// Files are owned as the driver would own them, not by the mounter's user.
 	writeSynced(t, filepath.Join(target, "before.txt"), "before the crash\n")
 	var st syscall.Stat_t
@@ -491,4 +495,32 @@ func TestRestartWithDeadMounter(t *testing.T) {
 	}
 	waitGone(t, again.PID)
 	c.end(t, syscall.SIGTERM)
+}
+
+// directDescriptor returns the file that one of the process's descriptors has open with
+// O_DIRECT (fdinfo's flags), or "".
+func directDescriptor(t *testing.T, pid int) string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			v, ok := strings.CutPrefix(line, "flags:")
+			if !ok {
+				continue
+			}
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			if err == nil && flags&unix.O_DIRECT != 0 {
+				target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+				return target
+			}
+		}
+	}
+	return ""
 }

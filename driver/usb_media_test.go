@@ -139,6 +139,9 @@ func TestUSBFormatMBR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if vol.GetCapacityBytes() != partStickSize-1<<20 {
+		t.Errorf("the layout=mbr volume has %d bytes, want its partition's %d", vol.GetCapacityBytes(), partStickSize-1<<20)
+	}
 	table := fmt.Sprintf("%sp1 : start=        2048, size=      129024, type=6", stick.Loop)
 	if dump := run(t, "sfdisk", "--dump", stick.Loop); !strings.Contains(dump, table) {
 		t.Fatalf("sfdisk --dump:\n%s\nwant %q", dump, table)
@@ -429,8 +432,9 @@ func TestSDCard(t *testing.T) {
 
 	td := startDriver(t, "", all(withUSB(fake)))
 	vol, err := usbVolume(t, td, "sd", 1, map[string]string{node.ParamAdopt: "true", node.ParamModel: "SD64G", node.ParamFSLabel: "DCIM"})
-	if err != nil || vol.GetCapacityBytes() != card.Size {
-		t.Fatalf("adopting the SD card: %v, %v", vol, err)
+	if err != nil || vol.GetCapacityBytes() != card.Size-4<<20 {
+		// The volume is the partition, from 4 MiB to the end.
+		t.Fatalf("adopting the SD card: %v, %v; want its partition's %d bytes", vol, err, card.Size-4<<20)
 	}
 	dir := t.TempDir()
 	target := stageAndPublish(t, td, vol.GetVolumeId(), dir)

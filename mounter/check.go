@@ -16,14 +16,15 @@ import (
 // maxProblems bounds the problems a CheckResult lists.
 const maxProblems = 20
 
-// Check checks the file system on the medium (the whole of a superfloppy, else its first FAT
-// partition), repairing what fsck.Repair repairs safely when repair
+// Check checks the file system on the medium (the whole of a superfloppy, else the partition
+// that partition names, or with "" its first FAT partition), repairing what fsck.Repair repairs safely when repair
 // is set, as the driver does before serving. With walk it also opens the volume read-only and
 // reads every directory, as adopting a device needs. An error means no FAT file system the
 // checker can read (or a device that fails).
-func Check(medium blockdev.Device, repair, walk bool) (*protocol.CheckResult, error) {
-	// A superfloppy is checked whole, a partitioned stick in its first FAT partition.
-	dev, _, err := layout.Open(medium, "")
+func Check(medium blockdev.Device, partition string, repair, walk bool) (*protocol.CheckResult, error) {
+	// A superfloppy is checked whole, a partitioned stick in the partition named, through a
+	// window that bounds every read and write.
+	dev, _, err := layout.Open(medium, partition)
 	if err != nil {
 		return nil, err
 	}

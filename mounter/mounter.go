@@ -196,7 +196,11 @@ func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response 
 	case protocol.OpCheck:
 		return s.check(req, files[0])
 	case protocol.OpServe:
-		return s.serve(req, files[0], files[1])
+		var direct *os.File
+		if len(files) > 2 {
+			direct = files[2]
+		}
+		return s.serve(req, files[0], files[1], direct)
 	case protocol.OpStatus:
 		return &protocol.Response{Status: s.status(req.Files)}
 	case protocol.OpSync:
@@ -245,7 +249,7 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 	}
 	defer dev.Close()
 	fault("check", req.Volume)
-	res, err := Check(dev, req.Check.Repair, req.Check.Walk)
+	res, err := Check(dev, req.Check.Partition, req.Check.Repair, req.Check.Walk)
 	if err != nil {
 		return fail(err, protocol.CodeNotFAT)
 	}
@@ -255,10 +259,18 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 	return &protocol.Response{Check: res}
 }
 
-// serve opens the volume on the device and serves it on the mounted FUSE descriptor.
-func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *protocol.Response {
+// serve opens the volume on the device and serves it on the mounted FUSE descriptor; large
+// writes go through direct, the device's O_DIRECT twin, when the plugin sent one.
+func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File) *protocol.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if direct != nil {
+		defer func() {
+			if direct != nil {
+				direct.Close() // not handed to the device
+			}
+		}()
+	}
 	if s.served {
 		devFile.Close()
 		fuseFile.Close()
@@ -280,9 +292,17 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile *os.File) *proto
 		fuseFile.Close()
 		return fail(err, "")
 	}
+	if direct != nil && !opts.ReadOnly {
+		// Without it every write goes through the page cache, as before: slower, not wrong.
+		if err := file.AttachDirect(direct); err != nil {
+			s.log.Warn("large writes go through the page cache", "volume", req.Volume, "reason", err)
+		}
+		direct = nil
+	}
 	fault("serve", req.Volume)
-	// A superfloppy is served whole, a partitioned stick's first FAT partition through a window.
-	fsDev, _, err := layout.Open(file, "")
+	// A superfloppy is served whole, a partitioned stick's named (or first FAT) partition through
+	// a window that bounds every write.
+	fsDev, _, err := layout.Open(file, a.Partition)
 	if err != nil {
 		file.Close()
 		fuseFile.Close()

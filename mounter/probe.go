@@ -76,8 +76,9 @@ func ProbeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probe-medium: no descriptor %d\n", ProbeDeviceFD)
 		return 1
 	}
-	r, err := layout.Probe(probedMedium{f, *size, lbs})
-	if err := json.NewEncoder(stdout).Encode(probeAnswer(r, err)); err != nil {
+	m := probedMedium{f, *size, lbs}
+	r, err := layout.Probe(m)
+	if err := json.NewEncoder(stdout).Encode(probeAnswer(m, r, err)); err != nil {
 		fmt.Fprintf(stderr, "probe-medium: %v\n", err)
 		return 1
 	}
@@ -126,8 +127,9 @@ func dataSize() (uint64, error) {
 	return 0, errors.New("no VmData in /proc/self/status")
 }
 
-// probeAnswer reduces a layout.Probe report to the answer the plugin reads.
-func probeAnswer(r *layout.Report, err error) *protocol.ProbeAnswer {
+// probeAnswer reduces a layout.Probe report of m to the answer the plugin reads, with the
+// signature at the start of each partition of a table.
+func probeAnswer(m layout.Medium, r *layout.Report, err error) *protocol.ProbeAnswer {
 	if err != nil || r == nil {
 		if err == nil {
 			err = errors.New("no report")
@@ -143,6 +145,20 @@ func probeAnswer(r *layout.Report, err error) *protocol.ProbeAnswer {
 	}
 	if r.Whole != nil {
 		a.Whole = r.Whole.Type
+	}
+	if r.Layout != nil && (r.Layout.Kind == layout.MBR || r.Layout.Kind == layout.GPT) {
+		if len(r.Layout.Partitions) > protocol.MaxProbeEntries {
+			return &protocol.ProbeAnswer{Table: protocol.ProbeTableUnknown,
+				Error: fmt.Sprintf("its partition table has %d partitions, more than %d", len(r.Layout.Partitions), protocol.MaxProbeEntries)}
+		}
+		for _, p := range r.Layout.Partitions {
+			e := protocol.ProbeTableEntry{Number: p.Number, Start: p.Start, Size: p.Size, MBRType: p.MBRType,
+				TypeGUID: p.TypeGUID, GUID: p.GUID, Name: p.Name}
+			if sig, ok, err := layout.ProbeAt(m, p.Start, p.Size); err == nil && ok {
+				e.Signature = sig.Type
+			}
+			a.Partitions = append(a.Partitions, e)
+		}
 	}
 	return a
 }

@@ -115,7 +115,10 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 			return VolumeRecord{}, err
 		}
 		defer unlockSource()
-		srcSize, srcRoom = rec.Size, rec.MaxSize
+		if srcSize, err = m.copyLength(rec); err != nil {
+			return VolumeRecord{}, err
+		}
+		srcRoom = rec.MaxSize
 		fill = func(budget int64) func(*os.File) (copied, error) {
 			return func(dst *os.File) (copied, error) { return m.copyVolume(rec, dst, budget) }
 		}
@@ -188,12 +191,16 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
 		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
 	}
-	free, skipped, err := m.freeUSB()
+	free, claims, skipped, err := m.freeUSB()
 	if err != nil {
 		return VolumeRecord{}, status.Error(codes.Internal, err.Error())
 	}
 	var why []string
 	for _, d := range free {
+		if c := claims[d.ID]; c != nil {
+			why = append(why, fmt.Sprintf("%s: volumes hold its partitions (%s)", d.ID, c.volumes()))
+			continue
+		}
 		if d.Size < size || (limit != 0 && d.Size > limit) {
 			why = append(why, fmt.Sprintf("%s: %d bytes", d.ID, d.Size))
 			continue

@@ -42,6 +42,10 @@ func (m *Manager) copyVolume(rec VolumeRecord, dst *os.File, budget int64) (copi
 	if err != nil {
 		return copied{}, err
 	}
+	length, err := m.copyLength(rec)
+	if err != nil {
+		return copied{}, err
+	}
 	m.mu.Lock()
 	sv := m.served[rec.Name]
 	m.mu.Unlock()
@@ -60,7 +64,7 @@ func (m *Manager) copyVolume(rec VolumeRecord, dst *os.File, budget int64) (copi
 		if err != nil {
 			return copied{}, status.Errorf(codes.Unavailable, "%v", err)
 		}
-		res, cerr := blockdev.CopyImage(dst, src, rec.Size, blockdev.CopyOptions{Budget: budget, Deadline: time.Now().Add(holdLimit - holdMargin)})
+		res, cerr := blockdev.CopyImage(dst, src, length, blockdev.CopyOptions{Budget: budget, Deadline: time.Now().Add(holdLimit - holdMargin)})
 		held, rerr := release()
 		if cerr != nil {
 			return copied{}, copyError("volume "+rec.ID, cerr)
@@ -75,7 +79,7 @@ func (m *Manager) copyVolume(rec VolumeRecord, dst *os.File, budget int64) (copi
 			return copied{}, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to copy it: %v", rec.ID, devPath, err)
 		}
 		defer src.Close()
-		res, err := blockdev.CopyImage(dst, src.OSFile(), rec.Size, blockdev.CopyOptions{Budget: budget})
+		res, err := blockdev.CopyImage(dst, src.OSFile(), length, blockdev.CopyOptions{Budget: budget})
 		if err != nil {
 			return copied{}, copyError("volume "+rec.ID, err)
 		}
@@ -113,7 +117,7 @@ func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
 			var dev *blockdev.File
 			dev, err = blockdev.FromFile(os.NewFile(uintptr(fd), dst.Name()), dst.Name(), blockdev.Exclusive)
 			if err == nil {
-				res, err = mounter.Check(dev, true, false)
+				res, err = mounter.Check(dev, "", true, false)
 				if cerr := dev.Close(); err == nil && cerr != nil {
 					err = cerr
 				}
@@ -154,4 +158,25 @@ func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArg
 		return nil, err
 	}
 	return resp.Check, nil
+}
+
+// copyLength is how many bytes of a volume's device a copy takes: an image whole, a stick whole
+// (its size, which is more than the volume's when its file system is in layout=mbr's partition:
+// the copy keeps the table, and the image pool serves its first FAT partition). A volume in one
+// partition of a stick is not copied: a copy of the whole stick would take the other volumes'
+// partitions with it.
+func (m *Manager) copyLength(rec VolumeRecord) (int64, error) {
+	switch {
+	case rec.Device == "":
+		return rec.Size, nil
+	case rec.Partition != "":
+		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is partition %s of removable medium %s: snapshots and clones of one partition of a stick are not supported", rec.ID, rec.Partition, rec.Device)
+	case m.usb == nil:
+		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is on a usb device but the usb pool is not enabled", rec.ID)
+	}
+	d, err := m.usb.findUSB(rec.Device)
+	if err != nil {
+		return 0, status.Errorf(codes.FailedPrecondition, "volume %s: %v", rec.ID, err)
+	}
+	return d.Size, nil
 }

@@ -33,7 +33,7 @@ func checkBeforeServing(rec VolumeRecord, devPath string, readOnly bool) (forceR
 		return false, "", status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to check it: %v", rec.ID, devPath, err)
 	}
 	defer dev.Close()
-	res, err := mounter.Check(dev, repair, false)
+	res, err := mounter.Check(dev, rec.Partition, repair, false)
 	if err != nil {
 		// Not a FAT file system any more, or a device that cannot be read or written.
 		return false, "", status.Errorf(codes.FailedPrecondition, "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)

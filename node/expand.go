@@ -122,6 +122,8 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 		return 0, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, more than the limit %d: volumes do not shrink", rec.ID, rec.Size, limit)
 	case required <= rec.Size:
 		return rec.Size, nil
+	case rec.Partition != "":
+		return 0, status.Errorf(codes.OutOfRange, "volume %s is partition %s of removable medium %s, of %d bytes, and cannot grow to %d: a partition's size is fixed", rec.ID, rec.Partition, rec.Device, rec.Size, required)
 	case rec.Device != "":
 		return 0, status.Errorf(codes.OutOfRange, "volume %s is removable medium %s of %d bytes and cannot grow to %d: a device's size is fixed", rec.ID, rec.Device, rec.Size, required)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,15 +70,15 @@ func (c MounterConfig) probeCommand() ([]string, error) {
 	return []string{command[0], "probe-medium"}, nil
 }
 
-// probeLayout says what the free device d, opened read-only as f with logical block size lbs,
-// holds: in a prober process outside MounterInProcess (a recent look at the same medium is
-// reused), else here.
-func (m *Manager) probeLayout(f *os.File, d usbDevice, lbs int) (*layout.Report, error) {
+// readMedium says what the free device d, opened read-only as f, holds (the package's
+// readMedium): in a prober process outside MounterInProcess (a recent look at the same medium
+// is reused), else here.
+func (m *Manager) readMedium(f rawMedium, d usbDevice) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
-		return layout.Probe(rawMedium{f, d.Size, lbs})
+		return readMedium(f)
 	}
-	return m.layoutProbes.get(f, d, lbs, func() (*layout.Report, error) {
-		r, err := m.cfg.Mounter.runProbe(f, d.Path, d.Size, lbs)
+	return m.layoutProbes.get(f.f, d, f.lbs, func() (*mediumProbe, error) {
+		r, err := m.cfg.Mounter.runProbe(f.f, d.Path, d.Size, f.lbs)
 		if err != nil {
 			klog.InfoS("removable medium unreadable: its probe failed", "device", d.ID, "path", d.Path, "err", err)
 		}
@@ -88,10 +89,10 @@ func (m *Manager) probeLayout(f *os.File, d usbDevice, lbs int) (*layout.Report,
 // probeForFormat says what dev, claimed (O_EXCL) for a format, holds: in a prober process
 // outside MounterInProcess, on a read-only descriptor of the same open device (the claim stays
 // here), never from what was seen before. A prober that fails leaves a report that is neither
-// usable nor blank, with the reason: the device is then not formatted.
-func (m *Manager) probeForFormat(dev *blockdev.File) (*layout.Report, error) {
+// usable nor blank and has no table, with the reason: the device is then not written.
+func (m *Manager) probeForFormat(dev *blockdev.File) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
-		return layout.Probe(dev)
+		return readMedium(dev)
 	}
 	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", dev.OSFile().Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -101,7 +102,7 @@ func (m *Manager) probeForFormat(dev *blockdev.File) (*layout.Report, error) {
 	r, err := m.cfg.Mounter.runProbe(ro, dev.Path(), dev.Size(), dev.LogicalBlockSize())
 	if err != nil {
 		klog.InfoS("removable medium not formatted: its probe failed", "path", dev.Path(), "err", err)
-		return &layout.Report{Reason: fmt.Sprintf("what it holds could not be read: %v", err)}, nil
+		return &mediumProbe{Report: &layout.Report{Reason: fmt.Sprintf("what it holds could not be read: %v", err)}}, nil
 	}
 	return r, nil
 }
@@ -111,7 +112,7 @@ func (m *Manager) forgetProbe(path string) { m.layoutProbes.forget(path) }
 
 // runProbe runs a prober on dev (its descriptor 3) and reads its answer; an error says why there
 // is none: the prober failed, was killed at the time limit, or answered what cannot be true.
-func (c MounterConfig) runProbe(dev *os.File, path string, size int64, lbs int) (*layout.Report, error) {
+func (c MounterConfig) runProbe(dev *os.File, path string, size int64, lbs int) (*mediumProbe, error) {
 	command, err := c.probeCommand()
 	if err != nil {
 		return nil, err
@@ -155,19 +156,22 @@ func (c MounterConfig) runProbe(dev *os.File, path string, size int64, lbs int) 
 	if stdout.over {
 		return nil, fmt.Errorf("the probe of %s (pid %d) answered more than %d bytes: refused", path, pid, protocol.MaxProbeAnswer)
 	}
-	r, err := parseProbeAnswer(stdout.Bytes(), size)
+	r, err := parseProbeAnswer(stdout.Bytes(), size, lbs)
 	if err != nil {
 		return nil, fmt.Errorf("the probe of %s (pid %d) answered what cannot be true: %w", path, pid, err)
 	}
 	return r, nil
 }
 
-// parseProbeAnswer checks a prober's answer for a medium of size bytes and turns it into the
-// report the removable-media pool reads: Usable, Blank, Reason, FAT (the partition's number,
-// start and size), Whole's type and Layout's kind (nil for a table that cannot be trusted).
-// Nothing else of the report is set. One JSON object with no unknown field, of a known table
-// kind and signature type, a FAT partition inside the medium; the reason is cut and cleaned.
-func parseProbeAnswer(b []byte, size int64) (*layout.Report, error) {
+// parseProbeAnswer checks a prober's answer for a medium of size bytes and logical block size
+// lbs and turns it into what readMedium would have found: the report's Usable, Blank, Reason,
+// FAT (the partition's number, start and size), Whole's type and Layout (its kind and, for a
+// table, its partitions; nil for a table that cannot be trusted), and the FAT partitions by
+// readMedium's rule (a FAT type and a FAT signature). Nothing else of the report is set. One
+// JSON object with no unknown field, of a known table kind and signature types, partitions and
+// the FAT partition inside the medium, numbered in order, not overlapping; the texts are cut and
+// cleaned.
+func parseProbeAnswer(b []byte, size int64, lbs int) (*mediumProbe, error) {
 	if len(b) > protocol.MaxProbeAnswer {
 		return nil, fmt.Errorf("%d bytes, more than %d", len(b), protocol.MaxProbeAnswer)
 	}
@@ -181,24 +185,40 @@ func parseProbeAnswer(b []byte, size int64) (*layout.Report, error) {
 		return nil, errors.New("more than one JSON value")
 	}
 	if a.Error != "" {
-		if a.Usable || a.Blank || a.FAT != nil || a.Whole != "" || a.Reason != "" {
+		if a.Usable || a.Blank || a.FAT != nil || a.Whole != "" || a.Reason != "" || len(a.Partitions) > 0 {
 			return nil, errors.New("an error with a verdict")
 		}
 		return nil, errors.New(cleanReason(a.Error))
 	}
 	r := &layout.Report{Usable: a.Usable, Blank: a.Blank, Reason: cleanReason(a.Reason)}
-	switch a.Table {
-	case protocol.ProbeTableInvalid:
-	case protocol.ProbeTableUnknown:
-		r.Layout = &layout.Layout{Kind: layout.Unknown}
-	case protocol.ProbeTableSuperfloppy:
-		r.Layout = &layout.Layout{Kind: layout.Superfloppy}
-	case protocol.ProbeTableMBR:
-		r.Layout = &layout.Layout{Kind: layout.MBR}
-	case protocol.ProbeTableGPT:
-		r.Layout = &layout.Layout{Kind: layout.GPT}
-	default:
-		return nil, fmt.Errorf("table kind %.40q", a.Table)
+	out := &mediumProbe{Report: r}
+	kinds := map[string]layout.Kind{protocol.ProbeTableUnknown: layout.Unknown, protocol.ProbeTableSuperfloppy: layout.Superfloppy,
+		protocol.ProbeTableMBR: layout.MBR, protocol.ProbeTableGPT: layout.GPT}
+	kind, ok := kinds[a.Table]
+	if a.Table != protocol.ProbeTableInvalid {
+		if !ok {
+			return nil, fmt.Errorf("table kind %.40q", a.Table)
+		}
+		r.Layout = &layout.Layout{Kind: kind, SectorSize: lbs, Size: size}
+		if kind == layout.Superfloppy {
+			r.Layout.Partitions = []layout.Partition{{Number: 0, Start: 0, Size: size}}
+		}
+	}
+	table := kind == layout.MBR || kind == layout.GPT
+	if len(a.Partitions) > 0 && (!table || r.Layout == nil) {
+		return nil, fmt.Errorf("partitions in a table of kind %s", a.Table)
+	}
+	parts, err := checkProbeEntries(a.Partitions, kind, size)
+	if err != nil {
+		return nil, err
+	}
+	if table && r.Layout != nil {
+		r.Layout.Partitions = parts
+		for i, p := range parts {
+			if p.IsFATType() && a.Partitions[i].Signature == layout.TypeFAT {
+				out.FATPartitions = append(out.FATPartitions, p)
+			}
+		}
 	}
 	if a.Whole != "" {
 		if !layout.KnownType(a.Whole) {
@@ -215,7 +235,7 @@ func parseProbeAnswer(b []byte, size int64) (*layout.Report, error) {
 		case a.Blank && (a.Table != protocol.ProbeTableUnknown || a.Whole != ""):
 			return nil, fmt.Errorf("blank, with a %s table and signature %q", a.Table, a.Whole)
 		}
-		return r, nil
+		return out, nil
 	}
 	p := a.FAT
 	switch {
@@ -225,14 +245,86 @@ func parseProbeAnswer(b []byte, size int64) (*layout.Report, error) {
 		return nil, errors.New("usable, and blank or holding another signature")
 	case p.Start < 0 || p.Size <= 0 || p.Start > size-p.Size:
 		return nil, fmt.Errorf("FAT partition of %d bytes at %d on a medium of %d bytes", p.Size, p.Start, size)
-	case a.Table == protocol.ProbeTableSuperfloppy && p.Number != 0,
-		(a.Table == protocol.ProbeTableMBR || a.Table == protocol.ProbeTableGPT) && (p.Number < 1 || p.Number > protocol.MaxProbePartition),
+	case a.Table == protocol.ProbeTableSuperfloppy && (p.Number != 0 || p.Start != 0 || p.Size != size),
+		table && (p.Number < 1 || p.Number > protocol.MaxProbePartition),
 		a.Table == protocol.ProbeTableUnknown || a.Table == protocol.ProbeTableInvalid:
 		return nil, fmt.Errorf("FAT partition number %d in a table of kind %s", p.Number, a.Table)
 	}
 	r.FAT = layout.Partition{Number: p.Number, Start: p.Start, Size: p.Size}
+	if table {
+		// layout.Find's choice: a partition of the table whose type says FAT.
+		found := false
+		for _, tp := range r.Layout.Partitions {
+			if tp.Number == p.Number && tp.Start == p.Start && tp.Size == p.Size && tp.IsFATType() {
+				r.FAT, found = tp, true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("FAT partition %d is not a partition of the table of a FAT type", p.Number)
+		}
+	}
 	r.Reason = ""
-	return r, nil
+	return out, nil
+}
+
+// checkProbeEntries checks the partitions of a table as an answer lists them: at most
+// protocol.MaxProbeEntries, numbered upwards from 1, inside the medium, none overlapping
+// another; GUIDs in layout's form on a GPT only, a type byte on an MBR only; known signature
+// types; names of at most 36 characters, cleaned.
+func checkProbeEntries(entries []protocol.ProbeTableEntry, kind layout.Kind, size int64) ([]layout.Partition, error) {
+	if len(entries) > protocol.MaxProbeEntries {
+		return nil, fmt.Errorf("%d partitions, more than %d", len(entries), protocol.MaxProbeEntries)
+	}
+	parts := make([]layout.Partition, 0, len(entries))
+	last := 0
+	for _, e := range entries {
+		switch {
+		case e.Number <= last || e.Number > protocol.MaxProbePartition:
+			return nil, fmt.Errorf("partition number %d after %d", e.Number, last)
+		case e.Start < 0 || e.Size <= 0 || e.Start > size-e.Size:
+			return nil, fmt.Errorf("partition %d of %d bytes at %d on a medium of %d bytes", e.Number, e.Size, e.Start, size)
+		case e.Signature != "" && !layout.KnownType(e.Signature):
+			return nil, fmt.Errorf("partition %d: signature type %.40q", e.Number, e.Signature)
+		case utf8.RuneCountInString(e.Name) > 36 || !utf8.ValidString(e.Name):
+			return nil, fmt.Errorf("partition %d: a name of %d bytes", e.Number, len(e.Name))
+		case kind == layout.GPT && (e.MBRType != 0 || !canonicalGUID(e.GUID) || !canonicalGUID(e.TypeGUID)):
+			return nil, fmt.Errorf("GPT partition %d: type byte %d, GUIDs %.40q and %.40q", e.Number, e.MBRType, e.TypeGUID, e.GUID)
+		case kind == layout.MBR && (e.GUID != "" || e.TypeGUID != "" || e.Name != ""):
+			return nil, fmt.Errorf("MBR partition %d with a GUID or a name", e.Number)
+		}
+		last = e.Number
+		parts = append(parts, layout.Partition{Number: e.Number, Start: e.Start, Size: e.Size, MBRType: e.MBRType,
+			TypeGUID: e.TypeGUID, GUID: e.GUID, Name: cleanReason(e.Name)})
+	}
+	byStart := append([]layout.Partition(nil), parts...)
+	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Start < byStart[j].Start })
+	for i := 1; i < len(byStart); i++ {
+		if prev := byStart[i-1]; byStart[i].Start < prev.Start+prev.Size {
+			return nil, fmt.Errorf("partitions %d and %d overlap", prev.Number, byStart[i].Number)
+		}
+	}
+	return parts, nil
+}
+
+// canonicalGUID tells whether s is a GUID as layout writes one: 8-4-4-4-12 upper-case hex digits.
+func canonicalGUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'A' || c > 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // cleanReason makes a prober's text safe to show: valid UTF-8, no control characters, at most
@@ -305,7 +397,7 @@ type layoutProbeEntry struct {
 	key    layoutProbeKey
 	start  time.Time
 	done   chan struct{}
-	report *layout.Report
+	report *mediumProbe
 	err    error
 }
 
@@ -320,7 +412,7 @@ func (e *layoutProbeEntry) finished() bool {
 
 // get returns the look at d (open as f) started less than probeCacheTTL ago, waits for the one
 // under way, or takes one with probe.
-func (c *layoutProbeCache) get(f *os.File, d usbDevice, lbs int, probe func() (*layout.Report, error)) (*layout.Report, error) {
+func (c *layoutProbeCache) get(f *os.File, d usbDevice, lbs int, probe func() (*mediumProbe, error)) (*mediumProbe, error) {
 	key := layoutProbeKey{id: d.ID, kernel: d.Kernel, size: d.Size, lbs: lbs}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {

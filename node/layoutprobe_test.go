@@ -76,7 +76,7 @@ func TestProbeInProber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := layout.Probe(rawMedium{f, c.d.Size, 512})
+		want, err := readMedium(rawMedium{f, c.d.Size, 512})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,14 +115,14 @@ func TestProbeInProber(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []usbDevice{superDev, mbrDev, blankDev} {
-		if err := prober.formatNewDevice(d.Path, params); err != nil {
+		if _, err := prober.formatNewDevice(d.Path, params); err != nil {
 			t.Errorf("format %s: %v", d.Path, err)
 		} else if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {
 			t.Errorf("%s after the format: %s, %s; want fat, superfloppy", d.Path, state, content)
 		}
 		runTool(t, "", "fsck.fat", "-n", d.Path)
 	}
-	err = prober.formatNewDevice(ext4Dev.Path, params)
+	_, err = prober.formatNewDevice(ext4Dev.Path, params)
 	_, _, reason := inProcess.probeMedium(ext4Dev)
 	if want := reason[:strings.Index(reason, " (")]; err == nil || !strings.Contains(err.Error(), "not formatted: "+want) {
 		t.Errorf("format of the ext4 stick: %v; want not formatted: %s", err, want)
@@ -141,18 +141,21 @@ func openFile(t *testing.T, path string) *os.File {
 	return f
 }
 
-// reportFields is what the pool reads of a report.
-func reportFields(r *layout.Report) string {
+// reportFields is what the pool reads of a look at a medium.
+func reportFields(pr *mediumProbe) string {
+	r := pr.Report
 	kind := "nil"
+	var parts []layout.Partition
 	if r.Layout != nil {
 		kind = r.Layout.Kind.String()
+		parts = r.Layout.Partitions
 	}
 	whole := ""
 	if r.Whole != nil {
 		whole = r.Whole.Type
 	}
-	return fmt.Sprintf("usable %v blank %v fat %d %d %d layout %s whole %q reason %q",
-		r.Usable, r.Blank, r.FAT.Number, r.FAT.Start, r.FAT.Size, kind, whole, r.Reason)
+	return fmt.Sprintf("usable %v blank %v fat %+v layout %s %+v whole %q reason %q FAT partitions %+v",
+		r.Usable, r.Blank, r.FAT, kind, parts, whole, r.Reason, pr.FATPartitions)
 }
 
 // proberPIDs are the probers this process runs.
@@ -307,7 +310,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
-		go func() { done <- prober.formatNewDevice(d.Path, params) }()
+		go func() { _, err := prober.formatNewDevice(d.Path, params); done <- err }()
 		check(t, proberPID(t))
 		// The claim is this process's: another exclusive open is refused meanwhile.
 		if dev, err := blockdev.Open(d.Path, false); err == nil {
@@ -381,7 +384,7 @@ func TestProberCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	runTool(t, "", "mkfs.ext4", "-q", "-F", stick.Loop)
-	if err := prober.formatNewDevice(d.Path, params); err != nil {
+	if _, err := prober.formatNewDevice(d.Path, params); err != nil {
 		t.Fatal(err)
 	}
 	if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {
@@ -418,7 +421,7 @@ func TestHostileProber(t *testing.T) {
 	for _, c := range []struct {
 		name, body, want string
 	}{
-		{"too long", "head -c 100000 /dev/zero | tr '\\0' ' '; echo '{}'", "answered more than"},
+		{"too long", "head -c 2000000 /dev/zero | tr '\\0' ' '; echo '{}'", "answered more than"},
 		{"not JSON", "echo garbage", "not a probe answer"},
 		{"nothing", "true", "not a probe answer"},
 		{"unknown field", answer(`{"usable":false,"blank":true,"table":"unknown","reason":"x","uid":0}`), "unknown field"},
@@ -437,6 +440,17 @@ func TestHostileProber(t *testing.T) {
 		{"partition when not usable", answer(`{"table":"MBR","reason":"x","fat":{"number":1,"start":0,"size":512}}`), "not usable"},
 		{"no reason", answer(`{"table":"unknown"}`), "no reason"},
 		{"error and verdict", answer(`{"table":"unknown","blank":true,"error":"x"}`), "an error with a verdict"},
+		{"partitions of a superfloppy", answer(`{"usable":true,"table":"superfloppy","fat":{"number":0,"start":0,"size":33554432},"partitions":[{"number":1,"start":0,"size":512}]}`), "partitions in a table of kind superfloppy"},
+		{"partitions out of order", answer(`{"table":"MBR","reason":"x","partitions":[{"number":2,"start":0,"size":512},{"number":1,"start":512,"size":512}]}`), "partition number 1 after 2"},
+		{"partitions overlapping", answer(`{"table":"MBR","reason":"x","partitions":[{"number":1,"start":0,"size":1024},{"number":2,"start":512,"size":512}]}`), "partitions 1 and 2 overlap"},
+		{"partition outside", answer(fmt.Sprintf(`{"table":"MBR","reason":"x","partitions":[{"number":1,"start":512,"size":%d}]}`, size)), "partition 1 of"},
+		{"GPT GUID", answer(`{"table":"GPT","reason":"x","partitions":[{"number":1,"start":0,"size":512,"typeGUID":"EBD0A0A2-B9E5-4433-87C0-68B6B72699C7","guid":"../../etc"}]}`), "GPT partition 1"},
+		{"GPT name", answer(`{"table":"GPT","reason":"x","partitions":[{"number":1,"start":0,"size":512,"typeGUID":"EBD0A0A2-B9E5-4433-87C0-68B6B72699C7","guid":"EBD0A0A2-B9E5-4433-87C0-68B6B72699C7","name":"` + strings.Repeat("n", 37) + `"}]}`), "a name of 37 bytes"},
+		{"MBR with a GUID", answer(`{"table":"MBR","reason":"x","partitions":[{"number":1,"start":0,"size":512,"guid":"EBD0A0A2-B9E5-4433-87C0-68B6B72699C7"}]}`), "MBR partition 1 with a GUID"},
+		{"partition signature", answer(`{"table":"MBR","reason":"x","partitions":[{"number":1,"start":0,"size":512,"signature":"zfs"}]}`), "signature type"},
+		{"type byte too large", answer(`{"table":"MBR","reason":"x","partitions":[{"number":1,"start":0,"size":512,"mbrType":256}]}`), "not a probe answer"},
+		{"FAT partition not in the table", answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":131}]}`), "not a partition of the table of a FAT type"},
+		{"too many partitions", "printf '{\"table\":\"MBR\",\"reason\":\"x\",\"partitions\":['; i=1; while [ $i -le 1025 ]; do [ $i -gt 1 ] && printf ,; printf '{\"number\":%d,\"start\":%d,\"size\":512}' $i $((i*512)); i=$((i+1)); done; printf ']}'", "1025 partitions, more than 1024"},
 		{"number as string", answer(`{"usable":true,"table":"GPT","fat":{"number":"1","start":0,"size":512}}`), "not a probe answer"},
 		{"exit status", "echo 'probe-medium: it went wrong' >&2; exit 3", "exit status 3: probe-medium: it went wrong"},
 		{"signal", "kill -9 $$", "signal: killed"},
@@ -463,7 +477,7 @@ func TestHostileProber(t *testing.T) {
 		if r := []byte(reason); bytes.ContainsAny(r, "\a\n") || len(r) > protocol.MaxProbeReason+100 {
 			t.Errorf("reason not cleaned or cut: %d bytes", len(r))
 		}
-		_, prober = probeManagers(MounterConfig{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152}}`))})
+		_, prober = probeManagers(MounterConfig{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
 		if state, content, reason := prober.probeMedium(d); state != mediumFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
 			t.Errorf("%s, %q, %q; want fat in partition 1", state, content, reason)
 		}

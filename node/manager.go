@@ -247,11 +247,11 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 		}
 		rec.Size = size
 	case PoolUSB:
-		dev, err := m.claimUSB(required, limit, params)
+		c, err := m.claimUSB(required, limit, params)
 		if err != nil {
 			return VolumeRecord{}, err
 		}
-		rec.Size, rec.Device = dev.Size, dev.ID
+		rec.Size, rec.Device, rec.Partition = c.size, c.dev.ID, c.partition
 	}
 
 	m.mu.Lock()
@@ -264,7 +264,7 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 		}
 		return VolumeRecord{}, err
 	}
-	klog.InfoS("created volume", "volume", rec.ID, "size", rec.Size, "device", rec.Device)
+	klog.InfoS("created volume", "volume", rec.ID, "size", rec.Size, "device", rec.Device, "partition", rec.Partition)
 	return rec, nil
 }
 
@@ -322,7 +322,8 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 	return nil
 }
 
-// wipeUSB leaves a fresh empty file system on a released device.
+// wipeUSB leaves a fresh empty file system on a released device, or in the released partition
+// (wipePartition): never on the table or another partition.
 func (m *Manager) wipeUSB(rec VolumeRecord) error {
 	if m.usb == nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: the usb pool is not enabled, so its device cannot be wiped", rec.ID)
@@ -336,7 +337,13 @@ func (m *Manager) wipeUSB(rec VolumeRecord) error {
 	}
 	p := rec.Params
 	p.Adopt = false
-	if err := formatDevice(dev.Path, p); err != nil {
+	if rec.Partition != "" {
+		err = m.wipePartition(dev.Path, rec.Partition, p)
+	} else {
+		err = formatDevice(dev.Path, p)
+	}
+	m.forgetProbe(dev.Path)
+	if err != nil {
 		return status.Errorf(claimCode(err, codes.Internal), "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
 	}
 	return nil
@@ -357,11 +364,11 @@ func (m *Manager) Capacity(params Params) (int64, error) {
 		if m.usb == nil {
 			return 0, nil
 		}
-		free, _, err := m.freeUSB()
+		free, claims, _, err := m.freeUSB()
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		return m.usbCapacity(free, params), nil
+		return m.usbCapacity(free, claims, params), nil
 	default:
 		c, err := m.imageCapacity()
 		if err != nil {

@@ -481,7 +481,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		return nil, status.Errorf(code, format, args...)
 	}
 	devFD := int(dev.OSFile().Fd())
-	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly)}}, m.cfg.Mounter.checkTimeout(), devFD)
+	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly), Partition: rec.Partition}}, m.cfg.Mounter.checkTimeout(), devFD)
 	if err != nil {
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) {
@@ -508,10 +508,22 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 	if err != nil {
 		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
-	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: &protocol.ServeArgs{
+	args := &protocol.ServeArgs{
 		Options: mounterOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
-		Damage: damage, Checked: true,
-	}}, serveTimeout, devFD, int(fuseFile.Fd()))
+		Damage: damage, Checked: true, Partition: rec.Partition,
+	}
+	fds := []int{devFD, int(fuseFile.Fd())}
+	if !opts.ReadOnly {
+		// The mounter may not open the device: it gets the twin for direct writes from here.
+		if twin, err := blockdev.OpenDirectTwin(dev.OSFile()); err == nil {
+			defer twin.Close()
+			args.Direct = true
+			fds = append(fds, int(twin.Fd()))
+		} else {
+			klog.V(2).InfoS("large writes go through the page cache", "volume", rec.ID, "reason", err)
+		}
+	}
+	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: args}, serveTimeout, fds...)
 	fuseFile.Close()
 	if err != nil {
 		unix.Unmount(st.Path, unix.MNT_DETACH)
@@ -701,17 +713,24 @@ func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
 
 // checkAdoptable checks a USB device's file system before a volume adopts it: in a mounter
 // process of its own in process mode, so that the plugin never parses a medium's structures;
-// else in this process (checkFileSystem). It returns the volume's label.
-func (m *Manager) checkAdoptable(d usbDevice) (string, error) {
-	if !m.cfg.Mounter.process() {
-		return checkFileSystem(d.Path)
-	}
+// else in this process (checkFileSystem). partition names the partition to check ("": the whole
+// device, or its first FAT partition). It returns the volume's label.
+func (m *Manager) checkAdoptable(d usbDevice, partition string) (string, error) {
 	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
+	if errors.Is(err, blockdev.ErrInUse) && partition != "" && m.stagedOn(d.ID) {
+		// A volume on another partition of the stick is staged and holds it O_EXCL, which keeps
+		// the host's mounts and other claims off every partition: this one is read beside it,
+		// without a claim of its own (the staged volume writes only inside its partition).
+		dev, err = blockdev.OpenClaimed(d.Path, blockdev.Shared)
+	}
 	if err != nil {
 		return "", err
 	}
+	if !m.cfg.Mounter.process() {
+		return checkFileSystem(dev, partition)
+	}
 	defer dev.Close()
-	res, err := m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true})
+	res, err := m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true, Partition: partition})
 	if err != nil {
 		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}

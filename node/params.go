@@ -153,6 +153,8 @@ func ParseParams(in map[string]string) (Params, error) {
 			p.Wipe, err = strconv.ParseBool(val)
 		case ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel:
 			err = p.selection.set(key, val)
+		case ParamPartition:
+			p.Partition, err = parsePartitionSelector(val)
 		case ParamMaxSize:
 			p.MaxSize, err = parseSize(val)
 		case ParamCacheSize:
@@ -174,8 +176,11 @@ func ParseParams(in map[string]string) (Params, error) {
 		return Params{}, fmt.Errorf("unknown parameter(s): %s", strings.Join(unknown, ", "))
 	}
 	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "" || p.Layout != "" || p.Wipe || p.selection != (selection{})) {
-		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
-			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel, PoolMedia)
+		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
+			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel, ParamPartition, PoolMedia)
+	}
+	if p.Partition != "" && !p.Adopt {
+		return Params{}, fmt.Errorf("parameter %s chooses a partition of a stick whose file systems are kept, only with %s=true (a stick formatted for a new volume is claimed whole)", ParamPartition, ParamAdopt)
 	}
 	if p.FSLabel != "" && !p.Adopt {
 		return Params{}, fmt.Errorf("parameter %s selects a stick by the label of the file system on it, kept only with %s=true", ParamFSLabel, ParamAdopt)

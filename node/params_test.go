@@ -86,6 +86,19 @@ func TestParseParams(t *testing.T) {
 		{in: map[string]string{"codepage": "utf8"}, bad: true},
 		{in: map[string]string{"onDamage": "ro"}, bad: true},
 		{in: map[string]string{"onDamage": ""}, bad: true},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "02"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "2"}}},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "0fc63daf-8483-4772-8e79-3d69d8477de4"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}}},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "LOG*"},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "LOG*"}}},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": ""}, bad: true},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "0"}, bad: true},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "99999"}, bad: true},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "0fc63daf-8483-4772-8e79-3d69d8477dxx"}, bad: true},
+		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "[x"}, bad: true},
+		{in: map[string]string{"pool": "media", "partition": "1"}, bad: true},
+		{in: map[string]string{"partition": "1"}, bad: true},
 	}
 	for _, tt := range tests {
 		got, err := ParseParams(tt.in)

@@ -100,18 +100,25 @@ func volumeOptions(opts fatfuse.Options, mode string, cacheBytes int64) fatvol.O
 // engineLogger sends the engine's log to klog.
 func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Background())) }
 
-// serveVolume opens the device at devicePath and serves it at stagingPath. The device is
+// serveVolume opens the device at devicePath and serves the file system in it (in the partition
+// that partition names, see VolumeRecord.Partition) at stagingPath. The device is
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(id, devicePath, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
+func serveVolume(id, devicePath, partition, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
 	file, err := blockdev.OpenClaimed(devicePath, stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err
 	}
-	// The file system of a superfloppy is the whole device; a partitioned stick's is its first
-	// FAT partition, served through a window that bounds every write.
-	fsDev, _, err := layout.Open(file, "")
+	if !opts.ReadOnly {
+		if err := file.OpenDirect(); err != nil {
+			klog.V(2).InfoS("large writes go through the page cache", "volume", id, "reason", err)
+		}
+	}
+	// The file system of a superfloppy is the whole device; a partitioned stick's is the
+	// partition named (or its first FAT partition), served through a window that bounds every
+	// write.
+	fsDev, _, err := layout.Open(file, partition)
 	if err != nil {
 		file.Close()
 		return nil, fmt.Errorf("volume %s on %s: %w", id, devicePath, err)

@@ -148,7 +148,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 				return invalid("%v", err)
 			}
 		}
-		sv, err = serveVolume(rec.ID, devPath, st.Path, opts, rec.Params.Mode, rec.Params.CacheBytes)
+		sv, err = serveVolume(rec.ID, devPath, rec.Partition, st.Path, opts, rec.Params.Mode, rec.Params.CacheBytes)
 		if err != nil {
 			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 		}

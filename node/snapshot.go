@@ -167,11 +167,15 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 	if err != nil {
 		return SnapshotRecord{}, err
 	}
+	length, err := m.copyLength(rec)
+	if err != nil {
+		return SnapshotRecord{}, err
+	}
 	snap := SnapshotRecord{
 		ID:      SnapshotID{Node: m.cfg.NodeID, Name: name}.String(),
 		Name:    name,
 		Source:  rec.ID,
-		Size:    rec.Size,
+		Size:    length,
 		MaxSize: rec.MaxSize,
 		Created: time.Now().UTC(),
 	}
@@ -179,7 +183,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 	if err := m.putSnapshot(&snap); err != nil {
 		return SnapshotRecord{}, err
 	}
-	how, err := makeCopy(m.snapshotCreatingPath(name), m.snapshotPath(name), rec.Size, func(dst *os.File) (copied, error) {
+	how, err := makeCopy(m.snapshotCreatingPath(name), m.snapshotPath(name), length, func(dst *os.File) (copied, error) {
 		return m.copyVolume(rec, dst, budget)
 	})
 	if err != nil {

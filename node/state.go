@@ -23,6 +23,11 @@ type VolumeRecord struct {
 	// Device is a USB volume's device, by its stable identity (see usbDevice.ID), never a
 	// /dev/sdX name, so that it is found again after re-plugging.
 	Device string `json:"device,omitempty"`
+	// Partition is the partition of Device the volume holds, by its identity on the medium
+	// (layout.Partition.ID: a GPT partition's unique GUID, an MBR partition's number); "" claims
+	// the whole device, served whole or, when partitioned, in its first FAT partition, as every
+	// USB volume was before partitions became volumes of their own (usbpartition.go).
+	Partition string `json:"partition,omitempty"`
 	// MaxSize is the size the volume's file system can grow to in place (its FATs' room); 0 for
 	// USB volumes and images made before growth existed, which do not grow.
 	MaxSize int64 `json:"maxSize,omitempty"`

@@ -50,6 +50,22 @@ type MediumStatus struct {
 	Content string   `json:"content,omitempty"`
 	Volume  string   `json:"volume,omitempty"` // the volume ID that claims it
 	Reason  string   `json:"reason"`
+	// Partitions are the FAT partitions of a partitioned member, each a volume of its own.
+	Partitions []PartitionStatus `json:"partitions,omitempty"`
+}
+
+// PartitionStatus is one FAT partition of a medium: who it is (its number, and on a GPT its
+// unique GUID, by which a volume records it, and its name), where it is, and whether a volume
+// has it (State claimed, Volume) or it is free for a volume that adopts (State fat).
+type PartitionStatus struct {
+	Number int    `json:"number"`
+	GUID   string `json:"guid,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Type   string `json:"type"`
+	Start  int64  `json:"start"`
+	Size   int64  `json:"size"`
+	State  string `json:"state"`
+	Volume string `json:"volume,omitempty"`
 }
 
 // MediaStatus looks at every device the pool's scan sees: members first (smallest first), then
@@ -63,14 +79,14 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	claims := m.claimedMedia()
 	claimed := map[string]string{}
-	m.mu.Lock()
-	for _, v := range m.state.Volumes {
-		if v.Device != "" {
-			claimed[v.Device] = v.ID
+	for dev, c := range claims {
+		claimed[dev] = c.Whole
+		if c.Whole == "" {
+			claimed[dev] = c.volumes()
 		}
 	}
-	m.mu.Unlock()
 	out := make([]MediumStatus, 0, len(seen))
 	for _, d := range seen {
 		st := MediumStatus{ID: d.ID, Kernel: d.Kernel, Size: d.Size, Vendor: d.Vendor, Model: d.Model,
@@ -87,9 +103,17 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 			}
 		case d.Excluded != "":
 			st.State, st.Content, st.Reason = mediumExcluded, excludedContent[d.Excluded], d.Excluded
-		case claimed[d.ID] != "":
+		case claims[d.ID] != nil && claims[d.ID].Whole != "":
 			st.State, st.Volume = mediumClaimed, claimed[d.ID]
 			st.Reason = "claimed by volume " + st.Volume
+		case claims[d.ID] != nil:
+			// Volumes hold some of its partitions: the others may still be adopted.
+			st.State, st.Content = mediumClaimed, "partition"
+			st.Reason = "partitions claimed: " + claimed[d.ID]
+			st.Partitions = m.partitionStatus(d.usbDevice, claims[d.ID])
+			if free := countFree(st.Partitions); free > 0 {
+				st.Reason += fmt.Sprintf("; %d more FAT partitions free for adopt=true", free)
+			}
 		case d.Busy != "":
 			st.State, st.Content, st.Reason = mediumBusy, "mounted", d.Busy
 			if !strings.HasPrefix(d.Busy, "mounted") {
@@ -97,30 +121,67 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 			}
 		default:
 			st.State, st.Content, st.Reason = m.probeMedium(d.usbDevice)
+			if st.Content == "partition" {
+				st.Partitions = m.partitionStatus(d.usbDevice, nil)
+			}
 		}
 		out = append(out, st)
 	}
 	return out, nil
 }
 
+// partitionStatus lists a member's FAT partitions and who holds them.
+func (m *Manager) partitionStatus(d usbDevice, claims *mediumClaims) []PartitionStatus {
+	probe, err := m.probeDevice(d)
+	if err != nil {
+		return nil
+	}
+	var out []PartitionStatus
+	for _, p := range probe.FATPartitions {
+		ps := PartitionStatus{Number: p.Number, GUID: p.GUID, Name: p.Name, Type: p.TypeName(), Start: p.Start, Size: p.Size, State: mediumFAT}
+		if v := claims.partitionVolume(p); v != "" {
+			ps.State, ps.Volume = mediumClaimed, v
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// countFree counts the partitions no volume holds.
+func countFree(ps []PartitionStatus) int {
+	n := 0
+	for _, p := range ps {
+		if p.State != mediumClaimed {
+			n++
+		}
+	}
+	return n
+}
+
 // probeMedium names what a free device holds, and why that makes it usable or not.
 func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
-	f, err := os.Open(d.Path)
+	f, err := openRawMedium(d)
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
-	defer f.Close()
-	lbs := 512
-	if n, err := unix.IoctlGetUint32(int(f.Fd()), unix.BLKSSZGET); err == nil && n >= 512 {
-		lbs = int(n)
-	}
-	r, err := m.probeLayout(f, d, lbs)
+	defer f.f.Close()
+	pr, err := m.readMedium(f, d)
+	state, content, reason = describeProbe(pr, err)
+	return state, content, reason
+}
+
+// describeProbe names a medium's state and content from what readMedium found.
+func describeProbe(pr *mediumProbe, err error) (state, content, reason string) {
 	const usable = ": adopted by adopt=true, formatted for a new volume"
-	switch {
-	case err != nil:
+	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("its first sectors cannot be read: %v", err)
+	}
+	r := pr.Report
+	switch {
 	case r.Usable && r.FAT.Number == 0:
 		return mediumFAT, "superfloppy", "holds FAT on the whole device" + usable
+	case r.Usable && len(pr.FATPartitions) > 1:
+		return mediumFAT, "partition", fmt.Sprintf("holds FAT in %d partitions, each a volume of its own for adopt=true; formatted whole for a new volume", len(pr.FATPartitions))
 	case r.Usable:
 		return mediumFAT, "partition", fmt.Sprintf("holds FAT in partition %d (%d bytes at %d)%s", r.FAT.Number, r.FAT.Size, r.FAT.Start, usable)
 	case r.Blank:
@@ -136,6 +197,19 @@ func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
 		return mediumForeign, "partition_table", reason
 	}
 	return mediumForeign, "unknown", reason
+}
+
+// openRawMedium opens a device for a look at what it holds, without a claim.
+func openRawMedium(d usbDevice) (rawMedium, error) {
+	f, err := os.Open(d.Path)
+	if err != nil {
+		return rawMedium{}, err
+	}
+	lbs := 512
+	if n, err := unix.IoctlGetUint32(int(f.Fd()), unix.BLKSSZGET); err == nil && n >= 512 {
+		lbs = int(n)
+	}
+	return rawMedium{f, d.Size, lbs}, nil
 }
 
 // rawMedium reads a device opened without a claim: a look at what it holds, nothing more.

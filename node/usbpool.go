@@ -16,67 +16,71 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 )
 
-// freeUSB lists the devices a new volume may claim: allowed by the lists, not used by the host,
-// not claimed by another volume; smallest first.
-func (m *Manager) freeUSB() ([]usbDevice, []string, error) {
+// freeUSB lists the devices a new volume may claim, or a partition of: allowed by the lists, not
+// used by the host, not claimed whole by another volume; smallest first. claims are the
+// volumes that hold partitions of them (and of other devices).
+func (m *Manager) freeUSB() (free []usbDevice, claims map[string]*mediumClaims, skipped []string, err error) {
 	devs, err := m.usb.scanUSB(true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	claimed := map[string]bool{}
-	m.mu.Lock()
-	for _, v := range m.state.Volumes {
-		if v.Device != "" {
-			claimed[v.Device] = true
-		}
-	}
-	m.mu.Unlock()
-	var free []usbDevice
-	var skipped []string
+	claims = m.claimedMedia()
 	for _, d := range devs {
 		switch {
-		case claimed[d.ID]:
+		case claims[d.ID] != nil && claims[d.ID].Whole != "":
 		case d.Busy != "":
 			skipped = append(skipped, fmt.Sprintf("%s (%s): %s", d.ID, d.Kernel, d.Busy))
 		default:
 			free = append(free, d)
 		}
 	}
-	return free, skipped, nil
+	return free, claims, skipped, nil
 }
 
-// claimUSB picks the smallest free device whose size lies in [required, limit] and prepares it:
-// with adopt its file system is checked and kept, else the device is formatted. The caller holds
-// m.provision, so no two volumes claim one device.
-func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, error) {
-	free, skipped, err := m.freeUSB()
+// usbClaim is what a new volume of the removable-media pool takes: a device whole (partition
+// "") or one partition of it, and the volume's size, the partition's when the file system is in
+// one.
+type usbClaim struct {
+	dev       usbDevice
+	partition string
+	size      int64
+}
+
+// claimUSB picks the smallest free device (or, adopting, the first free FAT partition of the
+// smallest device) whose size lies in [required, limit] and prepares it: with adopt its file
+// system is checked and kept, else the device is formatted. The caller holds m.provision, so no
+// two volumes claim one device or partition.
+func (m *Manager) claimUSB(required, limit int64, params Params) (usbClaim, error) {
+	free, claims, skipped, err := m.freeUSB()
 	if err != nil {
-		return usbDevice{}, status.Error(codes.Internal, err.Error())
+		return usbClaim{}, status.Error(codes.Internal, err.Error())
 	}
 	var why []string
+	fits := func(size int64) bool { return size >= required && (limit == 0 || size <= limit) }
 	for _, d := range free {
-		if d.Size < required || (limit != 0 && d.Size > limit) {
-			why = append(why, fmt.Sprintf("%s: %d bytes", d.ID, d.Size))
-			continue
-		}
 		if miss := params.selection.mismatch(d); miss != "" {
 			why = append(why, fmt.Sprintf("%s: %s", d.ID, miss))
 			continue
 		}
 		if params.Adopt {
-			label, err := m.checkAdoptable(d)
-			if err != nil {
-				why = append(why, fmt.Sprintf("%s: not adoptable: %v", d.ID, err))
-				continue
+			c, reasons := m.adoptUSB(d, claims[d.ID], fits, params)
+			if c != nil {
+				return *c, nil
 			}
-			if miss := params.selection.labelMismatch(label); miss != "" {
-				why = append(why, fmt.Sprintf("%s: %s", d.ID, miss))
-				continue
-			}
-			return d, nil
+			why = append(why, reasons...)
+			continue
+		}
+		if c := claims[d.ID]; c != nil {
+			why = append(why, fmt.Sprintf("%s: not formatted: volumes hold its partitions (%s)", d.ID, c.volumes()))
+			continue
+		}
+		if size := formattedSize(d.Size, params); !fits(size) {
+			why = append(why, fmt.Sprintf("%s: %d bytes", d.ID, size))
+			continue
 		}
 		var foreign *foreignError
-		if err := m.formatNewDevice(d.Path, params); errors.Is(err, blockdev.ErrInUse) {
+		part, err := m.formatNewDevice(d.Path, params)
+		if errors.Is(err, blockdev.ErrInUse) {
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
 		} else if errors.As(err, &foreign) {
@@ -84,15 +88,105 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbDevice, err
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err))
 			continue
 		} else if err != nil {
-			return usbDevice{}, status.Errorf(codes.Internal, "format removable medium %s (%s): %v", d.ID, d.Path, err)
+			return usbClaim{}, status.Errorf(codes.Internal, "format removable medium %s (%s): %v", d.ID, d.Path, err)
 		}
-		return d, nil
+		// The whole device is claimed; the volume's size is its file system's: the one
+		// partition's with layout=mbr.
+		return usbClaim{dev: d, size: part.Size}, nil
 	}
 	why = append(why, skipped...)
 	if len(why) == 0 {
 		why = []string{"no free removable medium is attached"}
 	}
-	return usbDevice{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, required, limit, strings.Join(why, "; "))
+	return usbClaim{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, required, limit, strings.Join(why, "; "))
+}
+
+// adoptUSB finds what a volume adopting a file system may take on device d: the device whole when
+// it is a superfloppy (or unclaimed and holding no table: the check says what is wrong), else the
+// first FAT partition that no volume claims, that the partition parameter names, whose size fits
+// and whose file system is whole. It returns nil and the reasons when there is none.
+func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) bool, params Params) (*usbClaim, []string) {
+	probe, err := m.probeDevice(d)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
+	}
+	var why []string
+	if !probe.partitioned() {
+		switch {
+		case claims != nil:
+			// Volumes hold partitions of a table that is gone: leave the device alone.
+			return nil, []string{fmt.Sprintf("%s: volumes hold its partitions (%s), but it has no partition table now", d.ID, claims.volumes())}
+		case params.Partition != "":
+			return nil, []string{fmt.Sprintf("%s: %s=%s, but it has no partition table (%s)", d.ID, ParamPartition, params.Partition, probeSummary(probe))}
+		case !fits(d.Size):
+			return nil, []string{fmt.Sprintf("%s: %d bytes", d.ID, d.Size)}
+		}
+		label, err := m.checkAdoptable(d, "")
+		if err != nil {
+			return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
+		}
+		if miss := params.selection.labelMismatch(label); miss != "" {
+			return nil, []string{fmt.Sprintf("%s: %s", d.ID, miss)}
+		}
+		return &usbClaim{dev: d, size: d.Size}, nil
+	}
+	if len(probe.FATPartitions) == 0 {
+		return nil, []string{fmt.Sprintf("%s: not adoptable: %s", d.ID, probeSummary(probe))}
+	}
+	for _, p := range probe.FATPartitions {
+		name := fmt.Sprintf("%s partition %s", d.ID, p.ID())
+		if v := claims.partitionVolume(p); v != "" {
+			why = append(why, fmt.Sprintf("%s: claimed by volume %s", name, v))
+			continue
+		}
+		if miss := partitionMismatch(params.Partition, p); miss != "" {
+			why = append(why, fmt.Sprintf("%s: %s", name, miss))
+			continue
+		}
+		if !fits(p.Size) {
+			why = append(why, fmt.Sprintf("%s: %d bytes", name, p.Size))
+			continue
+		}
+		label, err := m.checkAdoptable(d, p.ID())
+		if err != nil {
+			why = append(why, fmt.Sprintf("%s: not adoptable: %v", name, err))
+			continue
+		}
+		if miss := params.selection.labelMismatch(label); miss != "" {
+			why = append(why, fmt.Sprintf("%s: %s", name, miss))
+			continue
+		}
+		return &usbClaim{dev: d, partition: p.ID(), size: p.Size}, nil
+	}
+	return nil, why
+}
+
+// probeSummary says in a few words what a medium holds.
+func probeSummary(p *mediumProbe) string {
+	if p.Usable && p.Layout != nil {
+		return p.Layout.Describe()
+	}
+	return p.Reason
+}
+
+// probeDevice reads what a device holds without claiming it (readMedium).
+func (m *Manager) probeDevice(d usbDevice) (*mediumProbe, error) {
+	f, err := openRawMedium(d)
+	if err != nil {
+		return nil, err
+	}
+	defer f.f.Close()
+	return m.readMedium(f, d)
+}
+
+// formattedSize is the size of the file system a format with these parameters leaves on a
+// device of size bytes: all of it, or with layout=mbr all but the first MiB (counted in 512-byte
+// sectors: a device of larger sectors loses no more).
+func formattedSize(size int64, params Params) int64 {
+	if params.layoutKind() == layout.MBR {
+		return max(min(size-1<<20, 0xFFFFFFFF*512), 0)
+	}
+	return size
 }
 
 // formatDevice writes a fresh empty file system on the device (over the whole of it, or in an
@@ -102,7 +196,8 @@ func formatDevice(path string, params Params) error {
 	if err != nil {
 		return err
 	}
-	return formatAndClose(dev, params)
+	_, err = formatAndClose(dev, params)
+	return err
 }
 
 // foreignError says why a stick was not formatted for a new volume: it holds something else
@@ -117,10 +212,10 @@ func (e *foreignError) Error() string {
 // formatNewDevice formats a free device for a new volume, claimed (O_EXCL) from the look at
 // what it holds to the end of the format: a FAT one or a blank one, and anything with wipe=true;
 // else a *foreignError and nothing written.
-func (m *Manager) formatNewDevice(path string, params Params) error {
+func (m *Manager) formatNewDevice(path string, params Params) (layout.Partition, error) {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
-		return err
+		return layout.Partition{}, err
 	}
 	defer m.forgetProbe(path)
 	if !params.Wipe {
@@ -130,37 +225,36 @@ func (m *Manager) formatNewDevice(path string, params Params) error {
 		}
 		if err != nil {
 			dev.Close()
-			return err
+			return layout.Partition{}, err
 		}
 	}
 	return formatAndClose(dev, params)
 }
 
 // formatAndClose formats dev with the StorageClass parameters (in the layout they name: the
-// whole device, or one FAT partition of an MBR), then closes it.
-func formatAndClose(dev *blockdev.File, params Params) error {
+// whole device, or one FAT partition of an MBR), then closes it. It returns where the file
+// system went: the whole device (number 0), or the MBR's partition.
+func formatAndClose(dev *blockdev.File, params Params) (layout.Partition, error) {
 	opts, err := params.mkfsOptions(dev.LogicalBlockSize())
+	var part layout.Partition
 	if err == nil {
-		_, _, err = layout.Format(dev, params.layoutKind(), opts)
+		_, part, err = layout.Format(dev, params.layoutKind(), opts)
 	}
 	if cerr := dev.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	return part, err
 }
 
-// checkFileSystem makes sure a device holds a FAT file system (on the whole device, or in the
-// first FAT partition of a partitioned stick) that is whole and that the engine can serve, and
-// returns its label: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
+// checkFileSystem makes sure a device holds a FAT file system (on the whole device, in the
+// partition that partition names, or with "" in the first FAT partition of a partitioned stick)
+// that is whole and that the engine can serve, and returns its label: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
 // unmounted counts), and the engine opens it read-only and reads every directory. The device is
-// claimed for the whole check (a device another writer holds is refused, blockdev.ErrInUse), so
-// what is checked cannot change under it.
-func checkFileSystem(path string) (string, error) {
-	file, err := blockdev.OpenClaimed(path, blockdev.ExclusiveReadOnly)
-	if err != nil {
-		return "", err
-	}
-	dev, _, err := layout.Open(file, "")
+// claimed by the caller for the whole check (checkAdoptable), so what is checked cannot change
+// under it. file is closed when it returns.
+func checkFileSystem(file *blockdev.File, partition string) (string, error) {
+	path := file.Path()
+	dev, _, err := layout.Open(file, partition)
 	if err != nil {
 		file.Close()
 		return "", fmt.Errorf("%s: %w", path, err)

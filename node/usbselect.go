@@ -28,6 +28,9 @@ type selection struct {
 	ByID    string `json:"byId,omitempty"`
 	ByPath  string `json:"byPath,omitempty"`
 	FSLabel string `json:"fsLabel,omitempty"`
+	// Partition restricts which partition of a partitioned stick an adopting volume takes
+	// (parsePartitionSelector, partitionMismatch).
+	Partition string `json:"partition,omitempty"`
 }
 
 // set checks and stores one pattern.
@@ -93,29 +96,55 @@ func (s selection) labelMismatch(label string) string {
 // addTo puts the patterns into a volume context.
 func (s selection) addTo(m map[string]string) {
 	for k, v := range map[string]string{ParamVendor: s.Vendor, ParamModel: s.Model, ParamSerial: s.Serial,
-		ParamByID: s.ByID, ParamByPath: s.ByPath, ParamFSLabel: s.FSLabel} {
+		ParamByID: s.ByID, ParamByPath: s.ByPath, ParamFSLabel: s.FSLabel, ParamPartition: s.Partition} {
 		if v != "" {
 			m[k] = v
 		}
 	}
 }
 
-// usbCapacity is the largest free stick a CreateVolume with these parameters could claim: one
-// the patterns select that holds FAT when adopting, and without wipe=true one that is blank or
-// holds FAT (layout.Probe, a few KiB of each stick looked at, largest first).
-func (m *Manager) usbCapacity(free []usbDevice, params Params) int64 {
+// usbCapacity is the largest volume a CreateVolume with these parameters could make on the
+// free sticks: adopting, the largest free FAT partition (or superfloppy) the patterns and the
+// partition parameter select; else the largest stick no volume holds any of that is blank or
+// holds FAT (without wipe=true), less the first MiB with layout=mbr. Sticks are looked at
+// (readMedium, a few KiB of each) largest first.
+func (m *Manager) usbCapacity(free []usbDevice, claims map[string]*mediumClaims, params Params) int64 {
+	var best int64
 	for i := len(free) - 1; i >= 0; i-- {
 		d := free[i]
 		if params.selection.mismatch(d) != "" {
 			continue
 		}
-		if params.Wipe {
-			return d.Size
+		if !params.Adopt {
+			if claims[d.ID] != nil {
+				continue
+			}
+			if params.Wipe {
+				return formattedSize(d.Size, params)
+			}
+			if state, _, _ := m.probeMedium(d); state == mediumFAT || state == mediumBlank {
+				return formattedSize(d.Size, params)
+			}
+			continue
 		}
-		state, _, _ := m.probeMedium(d)
-		if state == mediumFAT || (state == mediumBlank && !params.Adopt) {
-			return d.Size
+		if d.Size <= best {
+			break // a partition is no larger than its device
+		}
+		probe, err := m.probeDevice(d)
+		if err != nil {
+			continue
+		}
+		if !probe.partitioned() {
+			if probe.Usable && claims[d.ID] == nil && params.Partition == "" {
+				best = max(best, d.Size)
+			}
+			continue
+		}
+		for _, p := range probe.FATPartitions {
+			if claims[d.ID].partitionVolume(p) == "" && partitionMismatch(params.Partition, p) == "" {
+				best = max(best, p.Size)
+			}
 		}
 	}
-	return 0
+	return best
 }

@@ -5,6 +5,8 @@
 //	fusecompare write [-fsync FILE] DIR COUNT SIZE   create DIR, COUNT files of SIZE bytes,
 //	                                                 syncfs, then fsync FILE (the image file)
 //	fusecompare verify DIR COUNT SIZE                check DIR holds exactly those files
+//	fusecompare loopback DIR MNT                     serve DIR through go-fuse's loopback file
+//	                                                 system on MNT until SIGTERM or SIGINT
 //
 // On SIGTERM or SIGINT (a benchmark's timeout) it says how many files were done and exits 124.
 // Being the process the timeout signals (no shell between) is what makes that report reliable.
@@ -25,8 +27,15 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) == 3 && args[0] == "loopback" {
+		if err := serveLoopback(args[1], args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "fusecompare: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) < 1 || (args[0] != "write" && args[0] != "verify") {
-		fmt.Fprintln(os.Stderr, "usage: fusecompare write [-fsync FILE] DIR COUNT SIZE | verify DIR COUNT SIZE")
+		fmt.Fprintln(os.Stderr, "usage: fusecompare write [-fsync FILE] DIR COUNT SIZE | verify DIR COUNT SIZE | loopback DIR MNT")
 		return 2
 	}
 	verb := args[0]

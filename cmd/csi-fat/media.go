@@ -24,7 +24,8 @@ func runMedia(args []string) int {
 		fmt.Fprintf(os.Stderr, "usage: csi-fat media [OPTIONS]\n\n"+
 			"Print every block device the driver's removable-media pool looks at: its ID, size, state\n"+
 			"(claimed, busy, fat, blank, foreign, unreadable, denied, excluded), what it holds and why it\n"+
-			"is or is not usable.\n\noptions:\n")
+			"is or is not usable; under a partitioned stick, one line per FAT partition (its number, its GUID\n"+
+			"on a GPT, size, claimed by which volume or free for adopt=true), each a volume of its own.\n\noptions:\n")
 		fs.PrintDefaults()
 	}
 	if ok, code := parseFlags(fs, args, 2); !ok {

@@ -93,6 +93,10 @@ type File struct {
 	// The span whose writeback StartWriteback started last, which the next one waits for.
 	spanMu           sync.Mutex
 	spanOff, spanLen int64
+
+	// direct writes large aligned extents with O_DIRECT (direct.go), when attached.
+	directMu sync.Mutex
+	direct   *directWriter
 }
 
 var _ Device = (*File)(nil)
@@ -354,6 +358,18 @@ func (d *File) WritevAt(bufs [][]byte, off int64) (int, error) {
 	if err := d.checkWrite(total, off); err != nil {
 		return 0, err
 	}
+	d.directMu.Lock()
+	w := d.direct
+	d.directMu.Unlock()
+	if w != nil {
+		n, ok, err := w.writev(iovs, total, off)
+		if err != nil {
+			return n, fmt.Errorf("blockdev %s: direct write at %d: %w", d.path, off+int64(n), err)
+		}
+		if ok {
+			return n, nil
+		}
+	}
 	written := 0
 	var werr error
 	cerr := d.control(func(fd int) {
@@ -417,8 +433,15 @@ func (d *File) Flush() error {
 	return nil
 }
 
-// Close closes the underlying descriptor. It does not flush: call Flush first.
+// Close closes the underlying descriptor (and its direct twin). It does not flush: call Flush
+// first.
 func (d *File) Close() error {
+	d.directMu.Lock()
+	if d.direct != nil {
+		d.direct.close()
+		d.direct = nil
+	}
+	d.directMu.Unlock()
 	if err := d.f.Close(); err != nil {
 		return fmt.Errorf("blockdev %s: close: %w", d.path, err)
 	}

@@ -5,8 +5,13 @@ package protocol
 // the node plugin uses. The plugin reads at most MaxProbeAnswer bytes and checks every field
 // (node/layoutprobe.go): the prober parses an untrusted medium, so its answer is untrusted too.
 
-// MaxProbeAnswer bounds the probe's answer; a longer one is refused.
-const MaxProbeAnswer = 16 << 10
+// MaxProbeAnswer bounds the probe's answer; a longer one is refused. A table of
+// MaxProbeEntries partitions with long GPT names fits.
+const MaxProbeAnswer = 1 << 20
+
+// MaxProbeEntries bounds the partitions an answer lists; the probe answers a table with more
+// with an error.
+const MaxProbeEntries = 1024
 
 // MaxProbeReason bounds the reason and error strings of an answer, in bytes. The prober cuts
 // longer ones (a GPT of thousands of partitions describes each); the plugin refuses none, it cuts
@@ -40,8 +45,24 @@ type ProbeAnswer struct {
 	Whole string `json:"whole,omitempty"`
 	// Reason says what it holds and why it is not a FAT volume; "" when Usable.
 	Reason string `json:"reason,omitempty"`
+	// Partitions are the partitions of an MBR or GPT table, in the table's order, each with the
+	// signature found at its start.
+	Partitions []ProbeTableEntry `json:"partitions,omitempty"`
 	// Error says why the medium could not be read; the other fields are then empty.
 	Error string `json:"error,omitempty"`
+}
+
+// ProbeTableEntry is one partition of a table (layout.Partition) and what its start holds.
+type ProbeTableEntry struct {
+	Number   int    `json:"number"`
+	Start    int64  `json:"start"`
+	Size     int64  `json:"size"`
+	MBRType  uint8  `json:"mbrType,omitempty"`
+	TypeGUID string `json:"typeGUID,omitempty"`
+	GUID     string `json:"guid,omitempty"`
+	Name     string `json:"name,omitempty"`
+	// Signature is the blkid TYPE of the signature at the partition's start, or "".
+	Signature string `json:"signature,omitempty"`
 }
 
 // ProbePartition is where the FAT file system of a usable medium lies.

@@ -26,7 +26,7 @@ const Version = 1
 const MaxMessage = 64 << 10
 
 // MaxFDs bounds the descriptors one message may carry.
-const MaxFDs = 2
+const MaxFDs = 3
 
 // Operations.
 const (
@@ -85,6 +85,12 @@ type CheckArgs struct {
 	Repair bool `json:"repair"`
 	// Walk also opens the volume read-only and reads every directory, as adopting a device does.
 	Walk bool `json:"walk,omitempty"`
+	// Partition names the partition of a partitioned medium to check (its number, or a GPT
+	// partition's unique GUID); "" checks a superfloppy whole, else the first FAT partition.
+	// Left out when "", so a request without it is what every mounter of version 1 reads; a
+	// mounter older than the field refuses a request with it (unknown fields are refused), never
+	// checks another partition than the one named.
+	Partition string `json:"partition,omitempty"`
 }
 
 // ServeArgs say how to serve.
@@ -103,6 +109,13 @@ type ServeArgs struct {
 	Damage string `json:"damage,omitempty"`
 	// Checked lets a clean close clear the dirty bit: the volume was checked just before.
 	Checked bool `json:"checked,omitempty"`
+	// Partition names the partition to serve, as CheckArgs.Partition: only its bounds are read
+	// and written.
+	Partition string `json:"partition,omitempty"`
+	// Direct: a third descriptor follows, the device open for writing with O_DIRECT, through
+	// which the engine writes large extents (blockdev.File.AttachDirect). The mounter cannot
+	// open the device itself. A mounter older than this field refuses the third descriptor.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // HoldArgs say how long a hold may last at most.
@@ -331,6 +344,9 @@ func CheckRequest(r *Request, nfds int) error {
 	want, ok := FDCount[r.Op]
 	if !ok {
 		return protoErr("unknown operation %q", r.Op)
+	}
+	if r.Op == OpServe && r.Serve != nil && r.Serve.Direct {
+		want++
 	}
 	if nfds != want {
 		return protoErr("operation %s takes %d descriptors, the message carried %d", r.Op, want, nfds)

@@ -113,7 +113,7 @@ func TestHostileMessages(t *testing.T) {
 		{"unknown field", []byte(`{"version":1,"op":"status","evil":true}`), 0, "unknown field"},
 		{"trailing data", append(append([]byte{}, good...), []byte(`{"version":1}`)...), 0, "after the JSON"},
 		{"wrong type", []byte(`{"version":"1","op":7}`), 0, "malformed"},
-		{"too many descriptors", good, 3, "descriptors"},
+		{"too many descriptors", good, MaxFDs + 1, "descriptors"},
 		{"far too many descriptors", good, 40, "descriptors"},
 		{"empty", []byte{}, 0, "EOF"},
 	} {
@@ -149,6 +149,8 @@ func TestWrongDescriptorCounts(t *testing.T) {
 	}{
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 1, "takes 2 descriptors"},
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 0, "takes 2 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{}}, 3, "takes 2 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{Direct: true}}, 2, "takes 3 descriptors"},
 		{Request{Op: OpCheck, Check: &CheckArgs{}}, 2, "takes 1 descriptors"},
 		{Request{Op: OpStatus}, 1, "takes 0 descriptors"},
 		{Request{Op: OpServe}, 2, "without its arguments"},
@@ -192,8 +194,47 @@ func TestSendRefusesOversize(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Fatalf("Send = %v", err)
 	}
-	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2); err == nil {
-		t.Fatal("Send took 3 descriptors")
+	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2, 0); err == nil {
+		t.Fatal("Send took 4 descriptors")
 	}
 	_ = syscall.EBADF
+}
+
+// TestPartitionCompatible: the partition a check or serve names travels; left empty it is not
+// sent at all, so the request is the one every version-1 mounter reads; and a mounter whose
+// arguments lack the field refuses a request that names one (unknown fields are refused) rather
+// than check or serve another partition.
+func TestPartitionCompatible(t *testing.T) {
+	a, b := pair(t)
+	req := &Request{Version: Version, Op: OpStatus, Volume: "v",
+		Check: &CheckArgs{Partition: "3F2504E0-4F89-41D3-9A0C-0305E82C3301"}, Serve: &ServeArgs{Partition: "2"}}
+	if err := Send(a, req); err != nil {
+		t.Fatal(err)
+	}
+	var got Request
+	if _, err := Receive(b, &got, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got.Check.Partition != req.Check.Partition || got.Serve.Partition != "2" {
+		t.Fatalf("received partitions %q and %q", got.Check.Partition, got.Serve.Partition)
+	}
+	for _, v := range []any{CheckArgs{Repair: true}, ServeArgs{Options: "ro"}} {
+		if data, _ := json.Marshal(v); strings.Contains(string(data), "partition") {
+			t.Errorf("%T without a partition marshals as %s", v, data)
+		}
+	}
+	// A mounter of the version before the field: its CheckArgs as they were.
+	type oldCheckArgs struct {
+		Repair bool `json:"repair"`
+		Walk   bool `json:"walk,omitempty"`
+	}
+	var old struct {
+		Version int           `json:"version"`
+		Op      string        `json:"op"`
+		Check   *oldCheckArgs `json:"check,omitempty"`
+	}
+	sendRaw(t, a, []byte(`{"version":1,"op":"check","check":{"repair":true,"partition":"2"}}`))
+	if _, err := Receive(b, &old, time.Now().Add(5*time.Second)); err == nil || !strings.Contains(err.Error(), "partition") {
+		t.Errorf("an older mounter's reading of a request with a partition: %v, want a refusal naming the field", err)
+	}
 }

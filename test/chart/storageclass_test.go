@@ -49,7 +49,7 @@ func TestStorageClassParameters(t *testing.T) {
 		"--set", "storageClasses.image.reclaimPolicy=Retain",
 		"--set-json", `storageClasses.image.parameters={"fatType":32,"clusterSize":"4K","label":"photos","fats":1,"mode":"sync","maxSize":"4Gi","onDamage":"readonly","codepage":850}`,
 		"--set-json", `storageClasses.image.mountOptions=["noatime","shortname=mixed"]`,
-		"--set-json", `storageClasses.usb.parameters={"adopt":true,"reclaim":"wipe","mode":"flush","codepage":"852","vendor":"SanDisk","model":"Cam*","serial":"*0042","byId":"usb-SanDisk_*","byPath":"*-usb-0:2:*","fsLabel":"CAM01"}`,
+		"--set-json", `storageClasses.usb.parameters={"adopt":true,"reclaim":"wipe","mode":"flush","codepage":"852","vendor":"SanDisk","model":"Cam*","serial":"*0042","byId":"usb-SanDisk_*","byPath":"*-usb-0:2:*","fsLabel":"CAM01","partition":2}`,
 	)
 
 	var img storageClass
@@ -91,7 +91,7 @@ func TestStorageClassParameters(t *testing.T) {
 		t.Errorf("driver reads the USB class as %+v", q)
 	}
 	if got := q.Map(); got["vendor"] != "SanDisk" || got["model"] != "Cam*" || got["serial"] != "*0042" || got["fsLabel"] != "CAM01" ||
-		got["byId"] != "usb-SanDisk_*" || got["byPath"] != "*-usb-0:2:*" {
+		got["byId"] != "usb-SanDisk_*" || got["byPath"] != "*-usb-0:2:*" || got["partition"] != "2" {
 		t.Errorf("driver reads the USB class's stick selection as %v", got)
 	}
 

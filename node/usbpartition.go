@@ -1,0 +1,226 @@
+package node
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/layout"
+	"github.com/csi-fat/csi-fat/fatvol/mkfs"
+)
+
+// One volume per FAT partition: a removable medium with several FAT partitions (an MBR or a GPT)
+// offers each as a volume of its own. A volume that holds one partition records it in
+// VolumeRecord.Partition by its identity on the medium, layout.Partition.ID: the unique GUID of
+// a GPT partition (it survives a re-numbering of the table), the number of an MBR partition (an
+// MBR has no other). A record without a partition claims the whole medium: a superfloppy, a stick
+// the driver formatted (a superfloppy, or layout=mbr's one partition), or a partitioned stick
+// adopted before partitions were volumes of their own, served in its first FAT partition.
+//
+// Claims: a medium claimed whole takes no other volume; a medium one of whose partitions is
+// claimed is never formatted nor wiped whole, and each partition is claimed once.
+
+// ParamPartition is the StorageClass parameter that restricts which partition of a partitioned
+// stick an adopting volume may take: a number (as in sdb2), a GPT partition's unique GUID, or a
+// shell pattern on a GPT partition's name.
+const ParamPartition = "partition"
+
+// maxPartitionNumber bounds a partition number: GPTs have 128 entries as a rule, MBR logical
+// partitions are numbered on from 5; Linux's extended devt range stops far below this.
+const maxPartitionNumber = 4096
+
+var guidPattern = regexp.MustCompile(`^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`)
+
+// parsePartitionSelector checks a partition parameter's value: digits are a number, the
+// 8-4-4-4-12 hex form a GUID (stored in upper case, as layout names GUIDs), anything else a shell
+// pattern on GPT partition names.
+func parsePartitionSelector(val string) (string, error) {
+	switch {
+	case val == "":
+		return "", fmt.Errorf("want a partition number (1, 2, ...), a GPT partition GUID, or a pattern on GPT partition names")
+	case strings.Trim(val, "0123456789") == "":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > maxPartitionNumber {
+			return "", fmt.Errorf("want a partition number from 1 to %d", maxPartitionNumber)
+		}
+		return strconv.Itoa(n), nil
+	case guidPattern.MatchString(val):
+		return strings.ToUpper(val), nil
+	case strings.Count(val, "-") == 4 && len(val) == 36:
+		return "", fmt.Errorf("not a GUID: want 8-4-4-4-12 hex digits")
+	}
+	if _, err := path.Match(val, ""); err != nil {
+		return "", fmt.Errorf("pattern on GPT partition names: %w", err)
+	}
+	return val, nil
+}
+
+// partitionMismatch says why a partition is not the one the partition parameter names, or "".
+func partitionMismatch(sel string, p layout.Partition) string {
+	switch {
+	case sel == "":
+		return ""
+	case strings.Trim(sel, "0123456789") == "":
+		if strconv.Itoa(p.Number) != sel {
+			return fmt.Sprintf("partition %d is not %s=%s", p.Number, ParamPartition, sel)
+		}
+	case guidPattern.MatchString(sel):
+		if !strings.EqualFold(p.GUID, sel) {
+			return fmt.Sprintf("partition %s is not %s=%s", p.ID(), ParamPartition, sel)
+		}
+	default:
+		if p.GUID == "" {
+			return fmt.Sprintf("partition %d is an MBR partition, which has no name for %s=%q", p.Number, ParamPartition, sel)
+		}
+		if ok, _ := path.Match(sel, p.Name); !ok {
+			return fmt.Sprintf("partition %d's name %q does not match %s=%q", p.Number, p.Name, ParamPartition, sel)
+		}
+	}
+	return ""
+}
+
+// mediumProbe is what a free medium holds, as the pool sees it: layout.Probe's report, and the
+// partitions of its table that hold FAT (a FAT type and a FAT boot sector), each a volume.
+type mediumProbe struct {
+	*layout.Report
+	FATPartitions []layout.Partition
+}
+
+// readMedium names what the medium holds and lists its FAT partitions. It is the one place the
+// removable-media pool reads a medium's table (probeMedium, formatNewDevice, the claim of a
+// partition, the wipe of one), and runs here only with --mounter=inprocess: otherwise a prober
+// process does the reading and Manager.readMedium and probeForFormat (node/layoutprobe.go)
+// rebuild this from its answer.
+func readMedium(m layout.Medium) (*mediumProbe, error) {
+	r, err := layout.Probe(m)
+	if err != nil {
+		return nil, err
+	}
+	out := &mediumProbe{Report: r}
+	if r.Layout == nil || (r.Layout.Kind != layout.MBR && r.Layout.Kind != layout.GPT) {
+		return out, nil
+	}
+	for _, p := range r.Layout.Partitions {
+		if !p.IsFATType() {
+			continue
+		}
+		if sig, ok, err := layout.ProbeAt(m, p.Start, p.Size); err == nil && ok && sig.Type == layout.TypeFAT {
+			out.FATPartitions = append(out.FATPartitions, p)
+		}
+	}
+	return out, nil
+}
+
+// partitioned tells whether the medium's FAT file systems are in partitions of a table.
+func (p *mediumProbe) partitioned() bool {
+	return p.Layout != nil && (p.Layout.Kind == layout.MBR || p.Layout.Kind == layout.GPT)
+}
+
+// partition finds a partition of the table by its ID (layout.Partition.ID).
+func (p *mediumProbe) partition(id string) (layout.Partition, bool) {
+	if !p.partitioned() {
+		return layout.Partition{}, false
+	}
+	return p.Layout.Partition(id)
+}
+
+// mediumClaims are the volumes that hold a medium: the whole of it, or some of its partitions.
+type mediumClaims struct {
+	Whole      string            // the volume that claims the whole medium, or ""
+	Partitions map[string]string // partition ID -> volume ID
+}
+
+// claimedMedia lists the claims of every medium a volume holds, by device ID.
+func (m *Manager) claimedMedia() map[string]*mediumClaims {
+	out := map[string]*mediumClaims{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, v := range m.state.Volumes {
+		if v.Device == "" {
+			continue
+		}
+		c := out[v.Device]
+		if c == nil {
+			c = &mediumClaims{Partitions: map[string]string{}}
+			out[v.Device] = c
+		}
+		if v.Partition == "" {
+			c.Whole = v.ID
+		} else {
+			c.Partitions[strings.ToUpper(v.Partition)] = v.ID
+		}
+	}
+	return out
+}
+
+// stagedOn tells whether a volume on the device (any of its partitions) is staged.
+func (m *Manager) stagedOn(device string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.state.Staged {
+		if v := m.state.Volumes[name]; v != nil && v.Device == device {
+			return true
+		}
+	}
+	return false
+}
+
+// partitionVolume is the volume that claims partition p, or "".
+func (c *mediumClaims) partitionVolume(p layout.Partition) string {
+	if c == nil {
+		return ""
+	}
+	return c.Partitions[strings.ToUpper(p.ID())]
+}
+
+// volumes lists the volumes that hold part of the medium, for messages.
+func (c *mediumClaims) volumes() string {
+	var vs []string
+	for id, v := range c.Partitions {
+		vs = append(vs, fmt.Sprintf("partition %s by %s", id, v))
+	}
+	sort.Strings(vs)
+	return strings.Join(vs, ", ")
+}
+
+// wipePartition leaves a fresh empty file system in the partition id of the device at path, and
+// writes nothing outside it: the table, its entry (the type byte included) and the other
+// partitions stay as they are. The device is claimed (O_EXCL) from the look at its table to the
+// end of the format.
+func (m *Manager) wipePartition(path, id string, params Params) error {
+	dev, err := blockdev.Open(path, false)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	defer m.forgetProbe(path)
+	probe, err := m.probeForFormat(dev)
+	if err != nil {
+		return err
+	}
+	p, ok := probe.partition(id)
+	if !ok {
+		return fmt.Errorf("partition %s: no such partition now: the device holds %s", id, probeSummary(probe))
+	}
+	ss := dev.LogicalBlockSize()
+	opts, err := params.mkfsOptions(ss)
+	if err != nil {
+		return err
+	}
+	if p.Start/int64(ss) > 0xFFFFFFFF {
+		return fmt.Errorf("%s starts past what a boot sector's hidden sectors can count", p)
+	}
+	opts.HiddenSectors, opts.MBR = uint32(p.Start/int64(ss)), false
+	w, err := blockdev.NewWindow(dev, p.Start, p.Size)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if _, err := mkfs.Format(w, opts); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return dev.Flush()
+}
