@@ -86,7 +86,7 @@ func sfdiskWrite(t *testing.T, dev, script string) {
 // between them (sfdisk, mkfs.fat at the offsets, random bytes in the Linux one) gives two
 // volumes, each of its partition's size; GetCapacity answers the largest free partition; a third
 // claim and a claim that would format the stick find nothing; each volume is written through its
-// own mount (the second cannot be staged while the first holds the stick); mtools at each
+// own mount, both served at once (the second beside the first's claim on the stick); mtools at each
 // offset reads each volume's files, fsck.fat finds both clean, and every byte outside the two
 // partitions stays as it was; reclaim=wipe of one leaves an empty file system in it and the
 // other's files.
@@ -170,13 +170,9 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 		t.Errorf("/media's table does not list partition 3 claimed by %s:\n%s", b.GetVolumeId(), text)
 	}
 
-	// The stick is held O_EXCL while a is staged: b waits for it.
-	if _, err := td.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: b.GetVolumeId(), StagingTargetPath: filepath.Join(dirB, "staging"),
-		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}); err == nil {
-		t.Fatal("volume b staged while volume a holds the stick")
-	}
-	unpublishAndUnstage(t, td, a.GetVolumeId(), dirA)
+	// Both are served at once: b beside a's claim on the stick, each writing inside its own
+	// partition only.
+	targetA := target
 	target = stageAndPublish(t, td, b.GetVolumeId(), dirB)
 	if got, err := os.ReadFile(filepath.Join(target, "NOTE.TXT")); err != nil || string(got) != "second\n" {
 		t.Fatalf("volume b reads NOTE.TXT %q, %v", got, err)
@@ -186,6 +182,19 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 	}
 	contentB := strings.Repeat("b", 5<<20)
 	if err := os.WriteFile(filepath.Join(target, "b.bin"), []byte(contentB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	contentA2 := strings.Repeat("A", 2<<20)
+	if err := os.WriteFile(filepath.Join(targetA, "a2.bin"), []byte(contentA2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(targetA, "a.bin")); err != nil || string(got) != contentA {
+		t.Fatalf("volume a's a.bin while b is served: %d bytes, %v", len(got), err)
+	}
+	// a ends first: b goes on writing without it.
+	unpublishAndUnstage(t, td, a.GetVolumeId(), dirA)
+	contentB2 := strings.Repeat("B", 1<<20)
+	if err := os.WriteFile(filepath.Join(target, "b2.bin"), []byte(contentB2), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: b.GetVolumeId(), VolumePath: target})
@@ -208,6 +217,12 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 	}
 	if got := run(t, "mtype", "-i", onTwo, "::/b.bin"); got != contentB {
 		t.Errorf("b.bin at partition 3's offset: %d bytes, want %d", len(got), len(contentB))
+	}
+	if got := run(t, "mtype", "-i", onOne, "::/a2.bin"); got != contentA2 {
+		t.Errorf("a2.bin at partition 1's offset: %d bytes, want %d", len(got), len(contentA2))
+	}
+	if got := run(t, "mtype", "-i", onTwo, "::/b2.bin"); got != contentB2 {
+		t.Errorf("b2.bin at partition 3's offset: %d bytes, want %d", len(got), len(contentB2))
 	}
 	fsckAt(t, stick.Loop, one)
 	fsckAt(t, stick.Loop, two)

@@ -22,13 +22,13 @@ const maxListedProblems = 5
 // and, when so, why (the volume condition's message); with onDamage=fail, errors that are left
 // make it a FailedPrecondition error instead. A mounter process runs the same check
 // (mounter.Check) on the descriptor it is handed, and judgeCheck judges both.
-func checkBeforeServing(rec VolumeRecord, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
+func checkBeforeServing(open opener, rec VolumeRecord, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
 	repair := repairs(rec, readOnly)
 	claim := blockdev.ExclusiveReadOnly
 	if repair {
 		claim = blockdev.Exclusive
 	}
-	dev, err := blockdev.OpenClaimed(devPath, claim)
+	dev, err := open(claim)
 	if err != nil {
 		return false, "", status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to check it: %v", rec.ID, devPath, err)
 	}

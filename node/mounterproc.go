@@ -466,8 +466,7 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	claim := stagingClaim(opts.ReadOnly)
-	dev, err := blockdev.OpenClaimed(devPath, claim)
+	dev, err := m.stagingOpener(rec, devPath)(stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s: %v", rec.ID, devPath, err)
 	}

@@ -105,8 +105,8 @@ func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Backg
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(id, devicePath, partition, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
-	file, err := blockdev.OpenClaimed(devicePath, stagingClaim(opts.ReadOnly))
+func serveVolume(open opener, id, devicePath, partition, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
+	file, err := open(stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +146,41 @@ func serveVolume(id, devicePath, partition, stagingPath string, opts fatfuse.Opt
 		close(sv.done)
 	}()
 	return sv, nil
+}
+
+// opener opens a volume's device for staging with a claim (Manager.stagingOpener).
+type opener func(blockdev.Claim) (*blockdev.File, error)
+
+// stagingOpener opens the volume's device with the claim asked for; when that fails because
+// the device is held and the volume is one partition of a stick another volume of which is
+// staged, the holder is that volume's server, whose claim on the whole device keeps the host off
+// every partition: this one is then opened beside it (blockdev.Beside, or Shared to read only),
+// each server writing only inside its own partition's window.
+func (m *Manager) stagingOpener(rec VolumeRecord, devPath string) opener {
+	return func(claim blockdev.Claim) (*blockdev.File, error) {
+		f, err := blockdev.OpenClaimed(devPath, claim)
+		if errors.Is(err, blockdev.ErrInUse) && rec.Partition != "" && m.siblingStaged(rec) {
+			beside := blockdev.Beside
+			if claim != blockdev.Exclusive {
+				beside = blockdev.Shared
+			}
+			klog.V(2).InfoS("another volume on the stick is staged: opening beside its claim", "volume", rec.ID, "device", devPath)
+			f, err = blockdev.OpenClaimed(devPath, beside)
+		}
+		return f, err
+	}
+}
+
+// siblingStaged tells whether another volume on rec's device is staged.
+func (m *Manager) siblingStaged(rec VolumeRecord) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.state.Staged {
+		if v := m.state.Volumes[name]; v != nil && name != rec.Name && v.Device == rec.Device {
+			return true
+		}
+	}
+	return false
 }
 
 // stagingClaim is the claim staging takes on a volume's device.

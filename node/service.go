@@ -139,7 +139,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 		}
 		opts.ReadOnly = opts.ReadOnly || sv.damage != ""
 	} else {
-		forceReadOnly, damage, err := checkBeforeServing(rec, devPath, opts.ReadOnly)
+		forceReadOnly, damage, err := checkBeforeServing(m.stagingOpener(rec, devPath), rec, devPath, opts.ReadOnly)
 		if err != nil {
 			return err
 		}
@@ -148,7 +148,7 @@ func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
 				return invalid("%v", err)
 			}
 		}
-		sv, err = serveVolume(rec.ID, devPath, rec.Partition, st.Path, opts, rec.Params.Mode, rec.Params.CacheBytes)
+		sv, err = serveVolume(m.stagingOpener(rec, devPath), rec.ID, devPath, rec.Partition, st.Path, opts, rec.Params.Mode, rec.Params.CacheBytes)
 		if err != nil {
 			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 		}

@@ -152,7 +152,7 @@ func FromFile(f *os.File, path string, claim Claim) (*File, error) {
 
 // newFile probes an open descriptor and makes it a File, closing f on failure.
 func newFile(f *os.File, path string, isBlock bool, claim Claim) (*File, error) {
-	d := &File{f: f, path: path, readOnly: claim != Exclusive, isBlock: isBlock, claim: claim}
+	d := &File{f: f, path: path, readOnly: claim != Exclusive && claim != Beside, isBlock: isBlock, claim: claim}
 	if err := d.probe(); err != nil {
 		f.Close()
 		return nil, err

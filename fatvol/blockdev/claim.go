@@ -38,6 +38,11 @@ const (
 	// that must not have a writer under it, such as a volume the driver serves read-only. An
 	// image is still opened O_RDWR, since a write lock needs a descriptor open for writing.
 	ExclusiveReadOnly
+	// Beside opens for reading and writing without a claim of its own: for a writer whose side
+	// already holds the medium's claim through another descriptor, such as the server of one
+	// partition of a stick whose other partition's server holds the whole device O_EXCL (which
+	// keeps the host's mounts off every partition). Each writes only inside its own window.
+	Beside
 )
 
 func (c Claim) String() string {
@@ -48,6 +53,8 @@ func (c Claim) String() string {
 		return "exclusive"
 	case ExclusiveReadOnly:
 		return "exclusive read-only"
+	case Beside:
+		return "beside the claim of its own side"
 	}
 	return "claim(" + strconv.Itoa(int(c)) + ")"
 }
@@ -90,12 +97,12 @@ func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 func openClaimed(path string, isBlock bool, claim Claim) (*os.File, error) {
 	flag := os.O_RDONLY
 	switch {
-	case claim == Exclusive:
+	case claim == Exclusive, claim == Beside:
 		flag = os.O_RDWR
 	case claim == ExclusiveReadOnly && !isBlock:
 		flag = os.O_RDWR
 	}
-	if isBlock && claim != Shared {
+	if isBlock && claim != Shared && claim != Beside {
 		flag |= unix.O_EXCL
 	}
 	f, err := os.OpenFile(path, flag, 0)
@@ -105,7 +112,7 @@ func openClaimed(path string, isBlock bool, claim Claim) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("blockdev %s: %w", path, err)
 	}
-	if !isBlock && claim != Shared {
+	if !isBlock && claim != Shared && claim != Beside {
 		if err := lockImage(f, path, claim); err != nil {
 			f.Close()
 			return nil, err

@@ -222,6 +222,26 @@ func TestBlockDeviceClaim(t *testing.T) {
 	if sum(t, dev) != before {
 		t.Fatal("refused openers changed the device")
 	}
+	// Beside the claim (a server of another partition of the same stick): it writes, and the
+	// claim it stands beside still keeps every other claimant off.
+	b, err := OpenClaimed(dev, Beside)
+	if err != nil {
+		t.Fatalf("open beside the writer's claim: %v", err)
+	}
+	if b.ReadOnly() {
+		t.Error("Beside opened read-only")
+	}
+	if _, err := b.WriteAt([]byte("beside"), 4096); err != nil {
+		t.Fatalf("write beside: %v", err)
+	}
+	if _, err := OpenClaimed(dev, Exclusive); !errors.Is(err, ErrInUse) {
+		t.Errorf("Exclusive beside a claim and a Beside writer: %v, want ErrInUse", err)
+	}
+	got := make([]byte, 6)
+	if _, err := w.ReadAt(got, 4096); err != nil || string(got) != "beside" {
+		t.Errorf("the claim's holder reads %q, %v after the write beside it", got, err)
+	}
+	b.Close()
 	w.Close()
 	w2, err := Open(dev, false)
 	if err != nil {
