@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,7 +160,10 @@ func reportFields(pr *mediumProbe) string {
 }
 
 // proberPIDs are the probers this process runs.
-func proberPIDs() []int {
+func proberPIDs() []int { return probersOf(os.Getpid()) }
+
+// probersOf are the probers process parent runs.
+func probersOf(parent int) []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
@@ -173,7 +177,7 @@ func proberPIDs() []int {
 		if i < 0 || !strings.Contains(s[:i], "(csi-fat-probe") {
 			continue
 		}
-		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+		if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(parent) {
 			pid, _ := strconv.Atoi(strings.Fields(s)[0])
 			pids = append(pids, pid)
 		}
@@ -331,6 +335,40 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 			t.Errorf("the device was written (%v)", err)
 		}
 	})
+}
+
+// TestProberDiesWithDriver: a driver killed (SIGKILL) while its prober hangs takes the prober
+// with it (the parent-death signal, set after the change of user that would clear it).
+func TestProberDiesWithDriver(t *testing.T) {
+	testenv.RequireLoop(t)
+	fake := usbtest.New(t)
+	stick, _ := probeStick(t, fake, 32<<20, "ORPHAN01")
+	driver := exec.Command(os.Args[0], "-test.run=^$")
+	driver.Env = append(os.Environ(), probeParentEnv+"="+stick.Loop, mounter.FaultEnv+"=probe-hang:"+stick.Loop)
+	if err := driver.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for deadline := time.Now().Add(5 * time.Second); len(pids) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		pids = probersOf(driver.Process.Pid)
+	}
+	if len(pids) != 1 {
+		driver.Process.Kill()
+		driver.Wait()
+		t.Fatalf("the driver runs %d probers, want 1", len(pids))
+	}
+	driver.Process.Kill()
+	driver.Wait()
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pids[0]))
+		if err != nil || strings.Contains(string(b), "csi-fat-probe) Z") {
+			break // gone, or dead and waiting for init to reap it
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pids[0], syscall.SIGKILL)
+			t.Fatalf("prober %d still runs 3 s after its driver was killed", pids[0])
+		}
+	}
 }
 
 // TestProberMemoryBound: a prober made to allocate without end (the fault hook, as a hostile
