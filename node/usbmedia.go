@@ -120,7 +120,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 				st.Content = "held"
 			}
 		default:
-			st.State, st.Content, st.Reason = probeMedium(d.usbDevice)
+			st.State, st.Content, st.Reason = m.probeMedium(d.usbDevice)
 			if st.Content == "partition" {
 				st.Partitions = m.partitionStatus(d.usbDevice, nil)
 			}
@@ -159,13 +159,13 @@ func countFree(ps []PartitionStatus) int {
 }
 
 // probeMedium names what a free device holds, and why that makes it usable or not.
-func probeMedium(d usbDevice) (state, content, reason string) {
+func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
 	defer f.f.Close()
-	pr, err := readMedium(f)
+	pr, err := m.readMedium(f, d)
 	state, content, reason = describeProbe(pr, err)
 	return state, content, reason
 }
