@@ -76,7 +76,7 @@ func ProbeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probe-medium: no descriptor %d\n", ProbeDeviceFD)
 		return 1
 	}
-	m := probedMedium{f, *size, lbs}
+	m := layout.FileMedium{File: f, Bytes: *size, BlockSize: lbs}
 	r, err := layout.Probe(m)
 	if err := json.NewEncoder(stdout).Encode(probeAnswer(m, r, err)); err != nil {
 		fmt.Fprintf(stderr, "probe-medium: %v\n", err)
@@ -176,15 +176,3 @@ func cutReason(s string) string {
 	}
 	return s[:n] + more
 }
-
-// probedMedium is the medium the probe reads: the descriptor, with the size and logical block
-// size the plugin gave.
-type probedMedium struct {
-	f    *os.File
-	size int64
-	lbs  int
-}
-
-func (m probedMedium) ReadAt(p []byte, off int64) (int, error) { return m.f.ReadAt(p, off) }
-func (m probedMedium) Size() int64                             { return m.size }
-func (m probedMedium) LogicalBlockSize() int                   { return m.lbs }

@@ -73,12 +73,12 @@ func (c MounterConfig) probeCommand() ([]string, error) {
 // readMedium says what the free device d, opened read-only as f, holds (the package's
 // readMedium): in a prober process outside MounterInProcess (a recent look at the same medium
 // is reused), else here.
-func (m *Manager) readMedium(f rawMedium, d usbDevice) (*mediumProbe, error) {
+func (m *Manager) readMedium(f layout.FileMedium, d usbDevice) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
 		return readMedium(f)
 	}
-	return m.layoutProbes.get(f.f, d, f.lbs, func() (*mediumProbe, error) {
-		r, err := m.cfg.Mounter.runProbe(f.f, d.Path, d.Size, f.lbs)
+	return m.layoutProbes.get(f.File, d, f.BlockSize, func() (*mediumProbe, error) {
+		r, err := m.cfg.Mounter.runProbe(f.File, d.Path, d.Size, f.BlockSize)
 		if err != nil {
 			klog.InfoS("removable medium unreadable: its probe failed", "device", d.ID, "path", d.Path, "err", err)
 		}

@@ -77,7 +77,7 @@ func TestProbeInProber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := readMedium(rawMedium{f, c.d.Size, 512})
+		want, err := readMedium(layout.FileMedium{File: f, Bytes: c.d.Size, BlockSize: 512})
 		if err != nil {
 			t.Fatal(err)
 		}

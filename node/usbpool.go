@@ -175,7 +175,7 @@ func (m *Manager) probeDevice(d usbDevice) (*mediumProbe, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.f.Close()
+	defer f.File.Close()
 	return m.readMedium(f, d)
 }
 
