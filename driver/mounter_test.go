@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/node"
 )
@@ -216,6 +217,14 @@ func TestPlainHostMounterOutlivesDriver(t *testing.T) {
 	// It could not open the image itself: the driver handed it an O_DIRECT twin for large writes.
 	if img := directDescriptor(t, mr.PID); img == "" {
 		t.Fatal("the mounter holds no O_DIRECT descriptor of its image")
+	}
+	// Nor raise the mount's read-ahead: the driver did, without asking the mount.
+	var mst syscall.Stat_t
+	if err := syscall.Stat(target, &mst); err != nil {
+		t.Fatal(err)
+	}
+	if ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(mst.Dev), unix.Minor(mst.Dev))); err != nil || strings.TrimSpace(string(ra)) != strconv.Itoa(fatfuse.ReadaheadKB) {
+		t.Fatalf("the mount's read-ahead is %q KiB, %v; want %d", ra, err, fatfuse.ReadaheadKB)
 	}
 	// Files are owned as the driver would own them, not by the mounter's user.
 	writeSynced(t, filepath.Join(target, "before.txt"), "before the crash\n")

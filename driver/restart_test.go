@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		// The test binary stands in for csi-fat as the mounter command (MounterConfig.Command).
 		os.Exit(mounter.Main(os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "probe-medium" {
+		// And as the prober of removable media outside in-process mode.
+		os.Exit(mounter.ProbeMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if cfg := os.Getenv(childDriverEnv); cfg != "" {
 		os.Exit(runChildDriver(cfg))
 	}

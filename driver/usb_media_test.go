@@ -231,8 +231,14 @@ func TestUSBForeignNotFormatted(t *testing.T) {
 
 // TestUSBDeviceMetrics: csi_fat_usb_devices counts the pool's sticks by state and what they
 // hold: one claimed by a volume, one with exFAT (mkfs.exfat), one with FAT (mkfs.fat), one blank,
-// one with a FAT partition (sfdisk, mkfs.fat at its offset).
+// one with a FAT partition (sfdisk, mkfs.fat at its offset). Read in the driver, and by prober
+// processes with mounters.
 func TestUSBDeviceMetrics(t *testing.T) {
+	t.Run("InProcess", func(t *testing.T) { testUSBDeviceMetrics(t, nil) })
+	t.Run("InMounters", func(t *testing.T) { testUSBDeviceMetrics(t, withMounters) })
+}
+
+func testUSBDeviceMetrics(t *testing.T, mode func(*Config)) {
 	requireLoop(t)
 	testenv.RequireTool(t, "mkfs.exfat")
 	fake := usbtest.New(t)
@@ -250,7 +256,7 @@ func TestUSBDeviceMetrics(t *testing.T) {
 		t.Fatalf("sfdisk: %v\n%s", err, out)
 	}
 	run(t, "mkfs.fat", "--offset=2048", card.Loop, fmt.Sprint((72<<20-1<<20)/1024))
-	td := startDriver(t, "", all(withUSB(fake), func(c *Config) { c.MetricsAddress = "127.0.0.1:0" }))
+	td := startDriver(t, "", all(withUSB(fake), mode, func(c *Config) { c.MetricsAddress = "127.0.0.1:0" }))
 	if _, err := usbVolume(t, td, "first", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -356,11 +362,17 @@ func testUSBSelect(t *testing.T, mode func(*Config)) {
 }
 
 // TestUSBHotPlugCapacity: GetCapacity scans the sticks at every call, so one plugged in while the
-// driver runs counts at once and one pulled out drops out at once.
+// driver runs counts at once and one pulled out drops out at once, with the stick read in the
+// driver or by prober processes (whose looks are reused for a moment, never for another stick).
 func TestUSBHotPlugCapacity(t *testing.T) {
+	t.Run("InProcess", func(t *testing.T) { testUSBHotPlugCapacity(t, nil) })
+	t.Run("InMounters", func(t *testing.T) { testUSBHotPlugCapacity(t, withMounters) })
+}
+
+func testUSBHotPlugCapacity(t *testing.T, mode func(*Config)) {
 	requireLoop(t)
 	fake := usbtest.New(t)
-	td := startDriver(t, "", all(withUSB(fake)))
+	td := startDriver(t, "", all(withUSB(fake), mode))
 	capacity := func() int64 {
 		t.Helper()
 		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
@@ -379,6 +391,21 @@ func TestUSBHotPlugCapacity(t *testing.T) {
 	fake.Unplug(t, stick)
 	if c := capacity(); c != 0 {
 		t.Fatalf("stick pulled out: capacity %d, want 0", c)
+	}
+	// A stick that the host makes foreign (ext4, kept without wipe=true) drops out within a
+	// couple of seconds.
+	testenv.RequireTool(t, "mkfs.ext4")
+	other := fake.Add(t, 48<<20, "Fake", "Hot", "PLUG0002")
+	if c := capacity(); c != other.Size {
+		t.Fatalf("another stick plugged in: capacity %d, want %d", c, other.Size)
+	}
+	run(t, "mkfs.ext4", "-q", "-F", other.Loop)
+	start := time.Now()
+	for c := capacity(); c != 0; c = capacity() {
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("%v after mkfs.ext4: capacity %d, want 0", time.Since(start), c)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -263,8 +263,14 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 // their GUIDs set), the partition parameter chooses by GUID, by number and by a pattern on the
 // name; a volume is the partition's size and records it by its GUID; what a pod writes lands in
 // that partition (mtools at its offset); a number or name that matches no free partition finds
-// nothing; bad values are InvalidArgument.
+// nothing; bad values are InvalidArgument. The table read in the driver, or by prober processes
+// with mounters.
 func TestUSBPartitionGPT(t *testing.T) {
+	t.Run("InProcess", func(t *testing.T) { testUSBPartitionGPT(t, nil) })
+	t.Run("InMounters", func(t *testing.T) { testUSBPartitionGPT(t, withMounters) })
+}
+
+func testUSBPartitionGPT(t *testing.T, mode func(*Config)) {
 	requireLoop(t)
 	testenv.RequireTool(t, "sfdisk", "mtype")
 	fake := usbtest.New(t)
@@ -278,7 +284,7 @@ func TestUSBPartitionGPT(t *testing.T) {
 	onLogs := makeFATAt(t, stick.Loop, logs, "LOGS", "logs\n")
 	before := hashOutside(t, stick.Loop, data, logs)
 
-	td := startDriver(t, "", all(withUSB(fake)))
+	td := startDriver(t, "", all(withUSB(fake), mode))
 	ctx := context.Background()
 	for _, bad := range []string{"0", "4097", "", "1x[", "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeeg"} {
 		_, err := usbVolume(t, td, "bad", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: bad})

@@ -3,33 +3,36 @@ package fatfuse
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/csi-fat/csi-fat/internal/mountinfo"
 )
 
-// fuseSuperMagic is the f_type statfs reports for a FUSE mount.
-const fuseSuperMagic = 0x65735546
+// ReadaheadKB is the read-ahead a mount should get: as far as one READ request reaches (max_read,
+// the largest write go-fuse takes).
+const ReadaheadKB = fuse.MAX_KERNEL_WRITE / 1024
 
-// raiseReadahead lets the kernel read ahead kb KiB at a time on the FUSE mount at mountpoint.
+// RaiseReadahead lets the kernel read ahead kb KiB at a time on the FUSE mount at mountpoint.
 // FUSE takes the smaller of the server's max_readahead and the default 128 KiB, so a sequential
 // read arrives as READ requests of 128 KiB, eight times the round trips (and the server's
 // context switches) of the 1 MiB that max_read allows. Only the mount's backing device in sysfs
 // can raise it, which needs root and a writable /sys; where that fails, the default stays.
-func raiseReadahead(mountpoint string, kb int) error {
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(mountpoint, &sfs); err != nil {
-		return fmt.Errorf("statfs %s: %w", mountpoint, err)
+//
+// The mount's device number comes from /proc/self/mountinfo, never from a stat or statfs of the
+// mount point: those are requests to the mount's own server, and a server that sends one to
+// itself and is killed while it waits leaves a thread stuck in the kernel for good, holding the
+// FUSE connection open (it can only be aborted through fusectl). The plugin, which mounts
+// before any server runs, could not ask the mount at all.
+func RaiseReadahead(mountpoint string, kb int) error {
+	dev, err := fuseMountDevice(mountpoint)
+	if err != nil {
+		return err
 	}
-	if sfs.Type != fuseSuperMagic {
-		return fmt.Errorf("%s is not a FUSE mount (file system type %#x)", mountpoint, sfs.Type)
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(mountpoint, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", mountpoint, err)
-	}
-	knob := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	knob := fmt.Sprintf("/sys/class/bdi/%s/read_ahead_kb", dev)
 	cur, err := os.ReadFile(knob)
 	if err != nil {
 		return fmt.Errorf("read ahead of %s: %w", mountpoint, err)
@@ -41,4 +44,27 @@ func raiseReadahead(mountpoint string, kb int) error {
 		return fmt.Errorf("read ahead of %s: %w", mountpoint, err)
 	}
 	return nil
+}
+
+// fuseMountDevice finds the major:minor of the FUSE mount at mountpoint (the topmost, when
+// several are stacked there) in /proc/self/mountinfo.
+func fuseMountDevice(mountpoint string) (string, error) {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return "", err
+	}
+	mounts, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	dev := ""
+	for _, m := range mounts {
+		if m.MountPoint == abs && (m.FSType == "fuse" || strings.HasPrefix(m.FSType, "fuse.")) {
+			dev = m.Device
+		}
+	}
+	if dev == "" {
+		return "", fmt.Errorf("%s is not a FUSE mount (not in /proc/self/mountinfo)", mountpoint)
+	}
+	return dev, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -117,15 +118,26 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR},
 	}
 	srv, err := fs.Mount(dir, s.root, fo)
+	if err != nil && dir == mountpoint && strings.HasPrefix(err.Error(), "init: ") {
+		if _, merr := fuseMountDevice(mountpoint); merr != nil {
+			// The mount went before the server read the kernel's first request (go-fuse's
+			// INIT read fails with ENODEV): whoever unmounted it was quicker, nothing was served.
+			return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, ErrUnmountedBeforeServing)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
 	}
 	s.fuse = srv
-	if err := raiseReadahead(mountpoint, mo.MaxWrite/1024); err != nil && opts.Debug {
+	if err := RaiseReadahead(mountpoint, ReadaheadKB); err != nil && opts.Debug {
 		log.Printf("fatfuse: %v; the kernel's read ahead stays at its default", err)
 	}
 	return s, nil
 }
+
+// ErrUnmountedBeforeServing: the mount was unmounted before its server could answer the kernel's
+// first request, so nothing was served; what unmounted it wanted it gone.
+var ErrUnmountedBeforeServing = errors.New("unmounted before it was served")
 
 // CheckMountpoint says what is wrong with dir as a mount point, before fusermount3 would fail
 // on it with no more than its exit code: it must exist and be a directory.

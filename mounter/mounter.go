@@ -38,7 +38,8 @@ const orphanWait = time.Minute
 
 // FaultEnv is a test hook: "<fault>:<text>" makes the mounter misbehave as a hostile medium
 // could make a parser do, for requests whose volume ID contains text. Faults: check-panic,
-// check-hang, serve-panic. Never set it outside tests.
+// check-hang, serve-panic; probe-panic, probe-hang and probe-alloc (allocate without end) for the probe of a medium (ProbeMain) whose
+// device path contains text. Never set it outside tests.
 const FaultEnv = "CSI_FAT_MOUNTER_FAULT"
 
 // Server is a mounter: at most one volume, served once.
@@ -175,6 +176,18 @@ func fault(op, volume string) {
 		panic("test fault: " + v)
 	case "hang":
 		select {}
+	case "alloc":
+		// As a parser told by a hostile medium to allocate without end: keep and touch 1 MiB
+		// after 1 MiB, up to 4 GiB.
+		var kept [][]byte
+		for range 4096 {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			kept = append(kept, b)
+		}
+		panic(fmt.Sprintf("test fault %s: allocated %d MiB", v, len(kept)))
 	}
 }
 

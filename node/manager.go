@@ -50,6 +50,9 @@ type Manager struct {
 	// cannot both count on the same free space or claim the same device.
 	provision sync.Mutex
 
+	// layoutProbes are the recent looks at what free removable media hold.
+	layoutProbes layoutProbeCache
+
 	mu     sync.Mutex // guards state and served
 	state  *State
 	served map[string]*servedVolume // by volume name
@@ -344,10 +347,11 @@ func (m *Manager) wipeUSB(rec VolumeRecord) error {
 	p := rec.Params
 	p.Adopt = false
 	if rec.Partition != "" {
-		err = wipePartition(dev.Path, rec.Partition, p)
+		err = m.wipePartition(dev.Path, rec.Partition, p)
 	} else {
 		err = formatDevice(dev.Path, p)
 	}
+	m.forgetProbe(dev.Path)
 	if err != nil {
 		return status.Errorf(claimCode(err, codes.Internal), "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
 	}

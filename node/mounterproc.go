@@ -50,6 +50,13 @@ type MounterConfig struct {
 	// CheckTimeout bounds the check and repair before serving (default 10 minutes): a mounter
 	// that takes longer, say on a hostile image that makes the checker loop, is killed.
 	CheckTimeout time.Duration `json:"checkTimeout,omitempty"`
+	// ProbeTimeout bounds a look at what a removable medium holds (default 10 seconds), done in
+	// a short-lived unprivileged process of its own outside MounterInProcess: one that takes
+	// longer is killed and the medium reported unreadable.
+	ProbeTimeout time.Duration `json:"probeTimeout,omitempty"`
+	// ProbeCommand runs that look instead of Command's binary with "probe-medium"; only tests
+	// set it, to stand in a prober that misbehaves.
+	ProbeCommand []string `json:"probeCommand,omitempty"`
 }
 
 // process tells whether volumes are served by mounters (processes or pods), not in this process.
@@ -301,48 +308,19 @@ func (m *Manager) spawnMounter(rec VolumeRecord) (*mounterProc, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	command := m.cfg.Mounter.Command
-	if len(command) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			os.Remove(socket)
-			return nil, err
-		}
-		command = []string{exe, "mounter"}
-	}
-	// The binary is opened here and executed through /proc/self/fd, so that the unprivileged
-	// mounter can run it even from a directory only root may search (go run, go test).
-	exe, err := os.Open(command[0])
+	command, err := m.cfg.Mounter.mounterCommand()
 	if err != nil {
 		os.Remove(socket)
-		return nil, fmt.Errorf("mounter binary: %w", err)
+		return nil, err
+	}
+	cmd, exe, err := m.cfg.Mounter.unprivilegedCommand(command, []*os.File{lf}, "--listen-fd="+strconv.Itoa(mounter.ListenFD))
+	if err != nil {
+		os.Remove(socket)
+		return nil, err
 	}
 	defer exe.Close()
-	uid, gid := uint32(nobody), uint32(nobody)
-	if c := m.cfg.Mounter.UID; c != nil {
-		uid = *c
-	}
-	if c := m.cfg.Mounter.GID; c != nil {
-		gid = *c
-	}
-	args := append([]string{command[0]}, command[1:]...)
-	args = append(args, "--listen-fd="+strconv.Itoa(mounter.ListenFD), "--close-fds=4")
-	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if v := os.Getenv(mounter.FaultEnv); v != "" {
-		env = append(env, mounter.FaultEnv+"="+v)
-	}
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/4",
-		Args:       args,
-		Env:        env,
-		Dir:        "/",
-		Stderr:     logFile,
-		ExtraFiles: []*os.File{lf, exe},
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid:     true,
-			Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
-		},
-	}
+	cmd.Stderr = logFile
+	cmd.SysProcAttr.Setsid = true
 	if err := cmd.Start(); err != nil {
 		os.Remove(socket)
 		return nil, fmt.Errorf("start mounter: %w", err)
@@ -360,7 +338,7 @@ func (m *Manager) spawnMounter(rec VolumeRecord) (*mounterProc, error) {
 		p.kill()
 		return nil, err
 	}
-	klog.InfoS("started mounter", "volume", rec.ID, "pid", p.pid, "socket", socket, "uid", uid)
+	klog.InfoS("started mounter", "volume", rec.ID, "pid", p.pid, "socket", socket, "uid", cmd.SysProcAttr.Credential.Uid)
 	return p, nil
 }
 
@@ -553,6 +531,12 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 			err = fmt.Errorf("%v (%s)", err, p.endedWhy())
 		}
 		return fail(mounterCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)
+	}
+	// The session is up (the mounter answers once the kernel's INIT is answered, which would
+	// have lowered it again): the read-ahead the unprivileged mounter cannot raise, the plugin
+	// raises, without a request to the mount.
+	if err := fatfuse.RaiseReadahead(st.Path, fatfuse.ReadaheadKB); err != nil {
+		klog.V(2).InfoS("the mount's read-ahead stays at the kernel's default", "volume", rec.ID, "reason", err)
 	}
 	st.Mounter = p.record()
 	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: damage}, nil

@@ -120,7 +120,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 				st.Content = "held"
 			}
 		default:
-			st.State, st.Content, st.Reason = probeMedium(d.usbDevice)
+			st.State, st.Content, st.Reason = m.probeMedium(d.usbDevice)
 			if st.Content == "partition" {
 				st.Partitions = m.partitionStatus(d.usbDevice, nil)
 			}
@@ -159,13 +159,13 @@ func countFree(ps []PartitionStatus) int {
 }
 
 // probeMedium names what a free device holds, and why that makes it usable or not.
-func probeMedium(d usbDevice) (state, content, reason string) {
+func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
-	defer f.f.Close()
-	pr, err := readMedium(f)
+	defer f.File.Close()
+	pr, err := m.readMedium(f, d)
 	state, content, reason = describeProbe(pr, err)
 	return state, content, reason
 }
@@ -200,25 +200,14 @@ func describeProbe(pr *mediumProbe, err error) (state, content, reason string) {
 }
 
 // openRawMedium opens a device for a look at what it holds, without a claim.
-func openRawMedium(d usbDevice) (rawMedium, error) {
+func openRawMedium(d usbDevice) (layout.FileMedium, error) {
 	f, err := os.Open(d.Path)
 	if err != nil {
-		return rawMedium{}, err
+		return layout.FileMedium{}, err
 	}
 	lbs := 512
 	if n, err := unix.IoctlGetUint32(int(f.Fd()), unix.BLKSSZGET); err == nil && n >= 512 {
 		lbs = int(n)
 	}
-	return rawMedium{f, d.Size, lbs}, nil
+	return layout.FileMedium{File: f, Bytes: d.Size, BlockSize: lbs}, nil
 }
-
-// rawMedium reads a device opened without a claim: a look at what it holds, nothing more.
-type rawMedium struct {
-	f    *os.File
-	size int64
-	lbs  int
-}
-
-func (r rawMedium) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
-func (r rawMedium) Size() int64                             { return r.size }
-func (r rawMedium) LogicalBlockSize() int                   { return r.lbs }

@@ -92,7 +92,9 @@ type mediumProbe struct {
 
 // readMedium names what the medium holds and lists its FAT partitions. It is the one place the
 // removable-media pool reads a medium's table (probeMedium, formatNewDevice, the claim of a
-// partition, the wipe of one), so that it can move out of the privileged plugin in one piece.
+// partition, the wipe of one), and runs here only with --mounter=inprocess: otherwise a prober
+// process does the reading and Manager.readMedium and probeForFormat (node/layoutprobe.go)
+// rebuild this from its answer.
 func readMedium(m layout.Medium) (*mediumProbe, error) {
 	r, err := layout.Probe(m)
 	if err != nil {
@@ -189,13 +191,14 @@ func (c *mediumClaims) volumes() string {
 // writes nothing outside it: the table, its entry (the type byte included) and the other
 // partitions stay as they are. The device is claimed (O_EXCL) from the look at its table to the
 // end of the format.
-func wipePartition(path, id string, params Params) error {
+func (m *Manager) wipePartition(path, id string, params Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	probe, err := readMedium(dev)
+	defer m.forgetProbe(path)
+	probe, err := m.probeForFormat(dev)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbClaim, erro
 			continue
 		}
 		var foreign *foreignError
-		part, err := formatNewDevice(d.Path, params)
+		part, err := m.formatNewDevice(d.Path, params)
 		if errors.Is(err, blockdev.ErrInUse) {
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
@@ -176,8 +176,8 @@ func (m *Manager) probeDevice(d usbDevice) (*mediumProbe, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.f.Close()
-	return readMedium(f)
+	defer f.File.Close()
+	return m.readMedium(f, d)
 }
 
 // formattedSize is the size of the file system a format with these parameters leaves on a
@@ -213,13 +213,14 @@ func (e *foreignError) Error() string {
 // formatNewDevice formats a free device for a new volume, claimed (O_EXCL) from the look at
 // what it holds to the end of the format: a FAT one or a blank one, and anything with wipe=true;
 // else a *foreignError and nothing written.
-func formatNewDevice(path string, params Params) (layout.Partition, error) {
+func (m *Manager) formatNewDevice(path string, params Params) (layout.Partition, error) {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return layout.Partition{}, err
 	}
+	defer m.forgetProbe(path)
 	if !params.Wipe {
-		r, err := readMedium(dev)
+		r, err := m.probeForFormat(dev)
 		if err == nil && !r.Usable && !r.Blank {
 			err = &foreignError{reason: r.Reason}
 		}

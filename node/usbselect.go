@@ -122,7 +122,7 @@ func (m *Manager) usbCapacity(free []usbDevice, claims map[string]*mediumClaims,
 			if params.Wipe {
 				return formattedSize(d.Size, params)
 			}
-			if state, _, _ := probeMedium(d); state == mediumFAT || state == mediumBlank {
+			if state, _, _ := m.probeMedium(d); state == mediumFAT || state == mediumBlank {
 				return formattedSize(d.Size, params)
 			}
 			continue

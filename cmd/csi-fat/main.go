@@ -16,6 +16,8 @@ type command struct {
 	name    string
 	summary string
 	run     func(args []string) int
+	// hidden leaves it out of the usage: a command only the driver starts.
+	hidden bool
 }
 
 var commands = map[string]*command{}
@@ -26,7 +28,10 @@ func register(c *command) { commands[c.name] = c }
 func usage() {
 	fmt.Fprintf(os.Stderr, "usage: csi-fat COMMAND [ARGS]\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
+	for n, c := range commands {
+		if c.hidden {
+			continue
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)

@@ -123,6 +123,10 @@ func serveMount(image, mountpoint, partition string, opts fatfuse.Options) int {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		if cerr := vol.Close(); cerr != nil {
 			fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", cerr)
+			return 1
+		}
+		if errors.Is(err, fatfuse.ErrUnmountedBeforeServing) {
+			return 0 // unmounted as asked, the volume as it was
 		}
 		return 1
 	}

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -340,5 +342,50 @@ func TestMountCommandUsage(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !bytes.Contains(out, []byte("missing.img")) {
 		t.Errorf("missing image: %v\n%s", err, out)
+	}
+}
+
+// TestServerNeverAsksItsOwnMount: the server sends no request to its own mount (go-fuse's debug
+// log names the thread of every request's caller), but for the one go-fuse makes by design at
+// the mount (opening and polling .go-fuse-epoll-hack). One that did and was killed while waiting
+// for the answer would hang in the kernel for good, a zombie holding the FUSE connection open:
+// the statfs of the mount point that raised its read-ahead did exactly that.
+func TestServerNeverAsksItsOwnMount(t *testing.T) {
+	mountTools(t)
+	bin := buildCsiFat(t)
+	img := mkfsImage(t, "32768")
+	p := startMount(t, bin, img, "-o", "debug")
+	if err := os.WriteFile(filepath.Join(p.dir, "f.txt"), []byte("through the mount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(p.dir, "f.txt")); err != nil || string(got) != "through the mount" {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := map[string]bool{}
+	for _, task := range tasks {
+		server[task.Name()] = true
+	}
+	unmountAndWait(t, p)
+	request := regexp.MustCompile(`rx \d+: ([A-Z_]+) n(\d+) (.*) p(\d+)$`)
+	const pollHackNode = "18446744073709551615"
+	seen := 0
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		m := request.FindStringSubmatch(line)
+		if m == nil || !server[m[4]] {
+			continue
+		}
+		seen++
+		op, node, args := m[1], m[2], m[3]
+		pollHack := node == pollHackNode || (op == "LOOKUP" && strings.Contains(args, ".go-fuse-epoll-hack")) || (op == "GETATTR" && node == "1")
+		if !pollHack {
+			t.Errorf("the server asked its own mount: %s", line)
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("not even go-fuse's poll hack from the server's threads %v in the debug log: the log's format changed?\n%s", server, p.stderr)
 	}
 }

@@ -1,7 +1,6 @@
 package blockdev
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/csi-fat/csi-fat/internal/mountinfo"
 )
 
 // Claim says how an opener shares its medium. Two writers on one FAT medium lose data silently
@@ -280,38 +281,13 @@ func deviceHolder(path string) string {
 
 // mountedAt returns the first mount point of any of the devices ("major:minor"), or "".
 func mountedAt(devs map[string]bool) string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && devs[fields[2]] {
-			return unescapeMountinfo(fields[4])
+	mounts, _ := mountinfo.Read("/proc/self/mountinfo")
+	for _, m := range mounts {
+		if devs[m.Device] {
+			return m.MountPoint
 		}
 	}
 	return ""
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // openForWriting reads a descriptor's access mode from its fdinfo flags (octal).

@@ -267,7 +267,4 @@ func TestHasOFDWriteLock(t *testing.T) {
 		hasOFDWriteLock(strings.Replace(info, "OFDLCK", "POSIX ", 1), "1234") {
 		t.Error("matched another inode, a read lock or a POSIX lock")
 	}
-	if got := unescapeMountinfo(`/mnt/a\040b`); got != "/mnt/a b" {
-		t.Errorf("unescape = %q", got)
-	}
 }

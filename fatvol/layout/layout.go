@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -22,6 +23,18 @@ type Medium interface {
 	Size() int64
 	LogicalBlockSize() int
 }
+
+// FileMedium is a Medium read from an open file, with the size and logical block size its opener
+// found (a block device's stat size is 0).
+type FileMedium struct {
+	File      *os.File
+	Bytes     int64
+	BlockSize int
+}
+
+func (m FileMedium) ReadAt(p []byte, off int64) (int, error) { return m.File.ReadAt(p, off) }
+func (m FileMedium) Size() int64                             { return m.Bytes }
+func (m FileMedium) LogicalBlockSize() int                   { return m.BlockSize }
 
 // Kind is how a medium is laid out.
 type Kind int

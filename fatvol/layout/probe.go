@@ -274,3 +274,9 @@ func allZero(m Medium) bool {
 	}
 	return true
 }
+
+// KnownType tells whether t is one of the signature types ProbeAt names.
+func KnownType(t string) bool {
+	_, ok := typeNames[t]
+	return ok
+}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -9,50 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/csi-fat/csi-fat/internal/mountinfo"
 )
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct {
-	point, fsType, source string
-}
-
 // hostMounts lists the host's mounts (the test runs in the host's mount namespace).
-func hostMounts() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var mounts []mountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		before, after, ok := strings.Cut(sc.Text(), " - ")
-		fields, tail := strings.Fields(before), strings.Fields(after)
-		if !ok || len(fields) < 5 || len(tail) < 2 {
-			continue
-		}
-		mounts = append(mounts, mountEntry{point: unescapeMount(fields[4]), fsType: tail[0], source: unescapeMount(tail[1])})
-	}
-	return mounts, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space and the like).
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func hostMounts() ([]mountinfo.Mount, error) { return mountinfo.Read("/proc/self/mountinfo") }
 
 // mounted tells whether something is mounted at path.
 func mounted(path string) bool {
@@ -62,7 +23,7 @@ func mounted(path string) bool {
 	}
 	path = filepath.Clean(path)
 	for _, m := range mounts {
-		if m.point == path {
+		if m.MountPoint == path {
 			return true
 		}
 	}
@@ -78,8 +39,8 @@ func mountsOf(device string) ([]string, error) {
 	}
 	var points []string
 	for _, m := range mounts {
-		if m.source == device {
-			points = append(points, m.point)
+		if m.Source == device {
+			points = append(points, m.MountPoint)
 		}
 	}
 	return points, nil

@@ -133,8 +133,8 @@ func fuseMounts() string {
 	var b strings.Builder
 	b.WriteString("\n----- host FUSE mounts\n")
 	for _, m := range mounts {
-		if strings.HasPrefix(m.fsType, "fuse") {
-			fmt.Fprintf(&b, "%s on %s (%s)\n", m.source, m.point, m.fsType)
+		if strings.HasPrefix(m.FSType, "fuse") {
+			fmt.Fprintf(&b, "%s on %s (%s)\n", m.Source, m.MountPoint, m.FSType)
 		}
 	}
 	return b.String()
