@@ -310,10 +310,10 @@ func (m *Manager) claimMedium(id string, fsLabel *string) claimFunc {
 			if c := claims[d.ID]; c != nil {
 				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s: volumes hold its partitions (%s)", d.ID, c.volumes())
 			}
-			if state, _, why := probeMedium(d); state != mediumBlank {
+			if state, _, why := m.probeMedium(d); state != mediumBlank {
 				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s) is no longer blank: %s", d.ID, d.Kernel, why)
 			}
-			part, err := formatNewDevice(d.Path, params)
+			part, err := m.formatNewDevice(d.Path, params)
 			if err != nil {
 				return usbClaim{}, status.Errorf(claimCode(err, codes.Internal), "format removable medium %s (%s): %v", d.ID, d.Path, err)
 			}
