@@ -57,6 +57,10 @@ type Config struct {
 	KubeletRegistrationPath string
 	// Node configures the node side; its TopologyKey is derived from DriverName.
 	Node node.Config
+	// Discovery, when set, runs discovery mode (node.RunDiscovery) while the driver runs: every
+	// usable removable medium published as a PersistentVolume. Its DriverName is set from
+	// DriverName.
+	Discovery *node.DiscoveryConfig
 }
 
 // Driver is a running CSI plugin.
@@ -107,6 +111,15 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	cfg.Node.TopologyKey = TopologyKey(cfg.DriverName)
+	if cfg.Discovery != nil {
+		if cfg.Node.USB == nil {
+			return nil, fmt.Errorf("media discovery needs the removable-media pool")
+		}
+		cfg.Discovery.DriverName = cfg.DriverName
+		if err := cfg.Discovery.Prepare(); err != nil {
+			return nil, err
+		}
+	}
 	m, err := node.NewManager(cfg.Node)
 	if err != nil {
 		return nil, err
@@ -186,11 +199,17 @@ func (d *Driver) Start() {
 // Run serves until ctx is done or a server fails, then stops.
 func (d *Driver) Run(ctx context.Context) error {
 	d.Start()
+	discoveryCtx, stopDiscovery := context.WithCancel(ctx)
+	defer stopDiscovery()
+	if d.cfg.Discovery != nil {
+		go d.manager.RunDiscovery(discoveryCtx, d.cfg.Discovery)
+	}
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-d.served:
 	}
+	stopDiscovery()
 	d.Stop()
 	return err
 }

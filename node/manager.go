@@ -185,6 +185,15 @@ func (m *Manager) Volume(volumeID string) (VolumeRecord, error) {
 // CreateVolume makes the named volume, or returns it when it exists with a compatible size
 // and the same parameters (AlreadyExists otherwise).
 func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit int64, params Params) (VolumeRecord, error) {
+	return m.createVolume(name, required, limit, params, m.claimUSB)
+}
+
+// claimFunc chooses and prepares the removable medium of a new volume: claimUSB picks the best
+// free one; discovery mode names the one it publishes.
+type claimFunc func(required, limit int64, params Params) (usbClaim, error)
+
+// createVolume is CreateVolume with the way a removable medium is claimed given.
+func (m *Manager) createVolume(name string, required, limit int64, params Params, claim claimFunc) (VolumeRecord, error) {
 	if err := ValidateName(name); err != nil {
 		return VolumeRecord{}, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -247,7 +256,7 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit
 		}
 		rec.Size = size
 	case PoolUSB:
-		c, err := m.claimUSB(required, limit, params)
+		c, err := claim(required, limit, params)
 		if err != nil {
 			return VolumeRecord{}, err
 		}

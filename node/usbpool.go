@@ -44,6 +44,7 @@ type usbClaim struct {
 	dev       usbDevice
 	partition string
 	size      int64
+	label     string // an adopted file system's label (discovery mode labels its PV with it)
 }
 
 // claimUSB picks the smallest free device (or, adopting, the first free FAT partition of the
@@ -128,7 +129,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 		if miss := params.selection.labelMismatch(label); miss != "" {
 			return nil, []string{fmt.Sprintf("%s: %s", d.ID, miss)}
 		}
-		return &usbClaim{dev: d, size: d.Size}, nil
+		return &usbClaim{dev: d, size: d.Size, label: label}, nil
 	}
 	if len(probe.FATPartitions) == 0 {
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %s", d.ID, probeSummary(probe))}
@@ -156,7 +157,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 			why = append(why, fmt.Sprintf("%s: %s", name, miss))
 			continue
 		}
-		return &usbClaim{dev: d, partition: p.ID(), size: p.Size}, nil
+		return &usbClaim{dev: d, partition: p.ID(), size: p.Size, label: label}, nil
 	}
 	return nil, why
 }

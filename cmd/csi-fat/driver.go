@@ -72,6 +72,7 @@ type driverFlags struct {
 	allowByPath, denyByPath, includeByID, includeByPath             listFlag
 	mounter, mounterUser                                            string
 	pods                                                            podFlags
+	discovery                                                       discoveryFlags
 }
 
 func defaultNodeID() string {
@@ -119,6 +120,7 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.Var(&f.denyByPath, "media-deny-by-path", "never use devices with a by-path name matching this glob (repeatable)")
 	fs.Var(&f.includeByID, "media-include-by-id", "make any whole block device with a by-id name matching this glob a member of the pool, removable or not, on any bus, e.g. 'ata-Card_Reader_*' (repeatable; the allow and deny lists still apply)")
 	fs.Var(&f.includeByPath, "media-include-by-path", "make any whole block device with a by-path name matching this glob a member of the pool, e.g. 'pci-0000:00:1f.2-ata-3' for a hot-swap bay (repeatable)")
+	f.discovery.register(fs)
 	// The pool was first the USB pool: its flags keep their first names.
 	for _, name := range []string{"pool", "sysfs-root", "device-glob", "dev-dir", "by-id-dir", "mount-info",
 		"allow-vendor", "deny-vendor", "allow-model", "deny-model", "allow-serial", "deny-serial", "allow-by-id", "deny-by-id"} {
@@ -226,6 +228,10 @@ func runDriver(args []string) int {
 	defer klog.Flush()
 	cfg := f.config()
 	cfg.Node.Mounter = mc
+	if cfg.Discovery, err = f.discovery.config(); err != nil {
+		fmt.Fprintf(os.Stderr, "csi-fat driver: %v\n", err)
+		return 2
+	}
 	d, err := driver.New(cfg)
 	if err != nil {
 		klog.ErrorS(err, "starting the driver")

@@ -47,6 +47,8 @@ func TestDriverUsage(t *testing.T) {
 		{[]string{"driver", "--endpoint", "unix://" + filepath.Join(t.TempDir(), "s"), "--node-id", "n", "--pool-dir", "relative", "--state-dir", t.TempDir()}, 1, "absolute"},
 		{[]string{"driver", "--endpoint", "unix://" + filepath.Join(t.TempDir(), "s"), "--node-id", "n", "--pool-dir", t.TempDir(), "--state-dir", t.TempDir(),
 			"--usb-pool", "--usb-allow-vendor", "[bad"}, 1, "pattern"},
+		{[]string{"driver", "--media-pool", "--media-discovery", "--media-discovery-parameter", "mode"}, 2, "key=value"},
+		{[]string{"driver", "--media-pool", "--media-discovery"}, 2, "API server"}, // not in a cluster
 	} {
 		cmd := exec.Command(bin, tt.args...)
 		out, err := cmd.CombinedOutput()

@@ -36,6 +36,9 @@ func TestDriverKnowsEveryFlag(t *testing.T) {
 			"--set-json", `usb.allow={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"],"byPath":["e"]}`,
 			"--set-json", `usb.deny={"vendor":["a"],"model":["b"],"serial":["c"],"byId":["d"],"byPath":["e"]}`,
 			"--set-json", `usb.include={"byId":["f"],"byPath":["g"]}`},
+		{"--set", "usb.enabled=true", "--set", "usb.discovery.enabled=true", "--set", "usb.discovery.blank=true",
+			"--set-json", `usb.discovery.parameters={"mode":"flush","layout":"mbr"}`,
+			"--set-json", `usb.discovery.mountOptions=["uid=1000"]`},
 	} {
 		driver := render(t, flags...).nodePlugin(t).container(t, "csi-fat")
 		for _, arg := range driver.Args[1:] { // after the subcommand
