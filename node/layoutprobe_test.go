@@ -188,7 +188,7 @@ func probersOf(parent int) []int {
 // proberPID waits for the prober this process started and returns its pid.
 func proberPID(t *testing.T) int {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if pids := proberPIDs(); len(pids) > 0 {
 			return pids[0]
 		}
@@ -217,7 +217,9 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "HANG01")
 	t.Setenv(mounter.FaultEnv, "probe-hang:"+stick.Loop)
-	const timeout = 1500 * time.Millisecond
+	// Long enough for the prober (the race-built test binary, under load) to start and name
+	// itself, which its checks look for, before the limit kills it.
+	const timeout = 4 * time.Second
 	_, prober := probeManagers(MounterConfig{ProbeTimeout: timeout})
 	check := func(t *testing.T, pid int) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -276,7 +278,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		check(t, pid)
 		v := <-done
 		took := time.Since(start)
-		if v.state != mediumUnreadable || !strings.Contains(v.reason, "did not answer within 1.5s: killed") {
+		if v.state != mediumUnreadable || !strings.Contains(v.reason, fmt.Sprintf("did not answer within %v: killed", timeout)) {
 			t.Errorf("a hanging prober: %s, %q; want unreadable, killed at the time limit", v.state, v.reason)
 		}
 		if took < timeout || took > timeout+3*time.Second {
