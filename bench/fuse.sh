@@ -12,14 +12,18 @@
 #                durable; raw is the host's own file system (a directory beside the images)
 #   tree read    the same tree read back cold with tar -cf - | wc -c, caches dropped (and the
 #                volume remounted) first
-#   FUSE floor   (csi-fat, LOOPBACK=1) the two tree rows through go-fuse's own loopback file
-#                system over a directory of the host's: what any go-fuse file system pays
+#   busy rows    (raw and csi-fat, BUSY=1) the two sequential rows again with a CPU-bound process
+#                (sha256sum of /dev/zero) running beside them the whole time
+#   FUSE floor   (csi-fat, LOOPBACK=1) the two tree rows and the random reads through go-fuse's
+#                own loopback file system over a directory of the host's: what any go-fuse file
+#                system pays
 #   device requests  (csi-fat, DEVREQ=1) the 1 GiB write again into a `-o flush` mount of a loop
 #                device with direct I/O to its file: the average write request the device got
 #                (/sys/block/loopN/stat), against the queue's max_sectors_kb and what one
 #                `dd oflag=direct bs=1M` stream gets from the same device
 # For csi-fat it also prints what the server spent: its CPU seconds (user+sys, whole mount
-# including the unmount's writeback) per GiB and per tree, and for the tree the FUSE requests
+# including the unmount's writeback) per GiB and per tree, its peak RSS split into anonymous
+# memory (heap, cache) and the binary's own mapped pages, and for the tree the FUSE requests
 # (from -o debug) and the server's syscalls (strace -c -f) per file, from a separate counted run.
 # raw is the image file itself with O_DIRECT: dd oflag=direct/iflag=direct for the sequential
 # rows, fio --direct=1 for random reads; for the two file rows it is the same payload bytes
@@ -37,7 +41,8 @@
 #   BIG_FILES    count of 1 MiB files (1000; QUICK 50)
 #   SMALL_FILES  count of 4 KiB files (10000; QUICK 500)
 #   TREE         the tree to copy ($(go env GOROOT)/src; QUICK its go/ subtree)
-#   LOOPBACK     1 (default): the tree rows through go-fuse's loopback file system too; 0: skip
+#   LOOPBACK     1 (default): the tree and random-read rows through go-fuse's loopback too; 0: skip
+#   BUSY         1 (default): the sequential rows again beside a CPU-bound process; 0: skip
 #   DEVREQ       1 (default): the device-request row on a loop device; 0: skip
 #   COUNT        1 (default): count the tree's FUSE requests and syscalls in an extra run; 0: skip
 #   RAND_MB      bytes read at random (64; QUICK 8), RAND_SECONDS: also stop after that (20; QUICK 5)
@@ -67,6 +72,7 @@ TREE=${TREE:-$(go env GOROOT)/src}
 COUNT=${COUNT:-1}
 DEVREQ=${DEVREQ:-1}
 LOOPBACK=${LOOPBACK:-1}
+BUSY=${BUSY:-1}
 MOUNT_OPTS=${MOUNT_OPTS:-}
 FUSEFAT_OPTS=${FUSEFAT_OPTS:-rw+}
 VERIFY=${VERIFY:-csi-fat}
@@ -131,10 +137,12 @@ tree_files=$(find "$TREE" -type f | wc -l)
 # state[ROW/CONTENDER] = "timeout (>Ns)" / "failed" / "skipped: why"; partial[ROW/CONTENDER] is
 # the rate reached before a timeout, when the helper said how far it got.
 declare -A secs iops state partial
-rows=(seqwrite seqread randread randread4 files1m files4k treecopy treeread)
+rows=(seqwrite seqread seqwrite_busy seqread_busy randread randread4 files1m files4k treecopy treeread)
 declare -A row_title=(
 	[seqwrite]="seq write ${SEQ_MB} MiB + fsync (MiB/s)"
 	[seqread]="seq read ${SEQ_MB} MiB, cold (MiB/s)"
+	[seqwrite_busy]="  the same, a CPU hog beside (MiB/s)"
+	[seqread_busy]="  the same, a CPU hog beside (MiB/s)"
 	[randread]="random 4 KiB reads, cold (IOPS)"
 	[randread4]="random 4 KiB reads, 4 readers (IOPS)"
 	[files1m]="${BIG_FILES} files of 1 MiB + sync (files/s)"
@@ -173,6 +181,18 @@ measure() {
 }
 ok() { [[ -n ${secs[$1/$2]:-} || -n ${iops[$1/$2]:-} ]]; }
 
+# busy COMMAND...: runs COMMAND with a CPU-bound process beside it (one, on a machine of a few
+# cores: a node whose other work competes with the mount's server for CPU), stopped afterwards.
+busy() {
+	local hog rc=0
+	sha256sum /dev/zero &
+	hog=$!
+	"$@" || rc=$?
+	kill "$hog" 2>/dev/null || true
+	wait "$hog" 2>/dev/null || true
+	return $rc
+}
+
 # random_read ROW CONTENDER FILE [fio options]: fio random 4 KiB reads of the first SEQ_MB of
 # FILE, RAND_MB per reader; the result is fio's IOPS, summed over the readers (--group_reporting).
 random_read() {
@@ -210,6 +230,12 @@ run_raw() {
 	drop_caches
 	measure seqread raw dd if="$img" of=/dev/null bs=1M count="$SEQ_MB" iflag=direct status=none
 	drop_caches
+	if [[ $BUSY == 1 ]]; then
+		busy measure seqwrite_busy raw dd if=/dev/zero of="$img" bs=1M count="$SEQ_MB" oflag=direct conv=fsync,notrunc status=none
+		drop_caches
+		busy measure seqread_busy raw dd if="$img" of=/dev/null bs=1M count="$SEQ_MB" iflag=direct status=none
+		drop_caches
+	fi
 	random_read randread raw "$img" --direct=1
 	drop_caches
 	random_read randread4 raw "$img" --direct=1 --numjobs=4
@@ -266,12 +292,32 @@ mount_contender() {
 	for _ in $(seq 400); do
 		if mountpoint -q "$mnt"; then
 			fuse_conn=$(mountpoint -d "$mnt" | cut -d: -f2)
+			if [[ $who == csi-fat ]]; then sample_memory "$(pgrep -P "$server_pid")" "$WORKDIR/mem.$session" & fi
 			return 0
 		fi
 		kill -0 "$server_pid" 2>/dev/null || { tail -5 "$WORKDIR/$who.log" >&2 2>/dev/null; die "$who did not mount"; }
 		sleep 0.05
 	done
 	die "$who: mount did not come up in 20 s"
+}
+
+# sample_memory PID OUT: until PID exits, reads its smaps_rollup every 0.1 s and leaves in OUT
+# "peak-rss anonymous-at-peak file-backed-at-peak peak-anonymous", in KiB: what of the peak is the
+# server's own memory (heap, the cache, buffers) and what the binary's pages mapped from the page
+# cache (clean, shared with every process running the same binary).
+sample_memory() {
+	local pid=$1 out=$2 k v rss anon peak=0 peak_anon=0 max_anon=0
+	[[ -n $pid ]] || return 0
+	while [[ -r /proc/$pid/smaps_rollup ]]; do
+		rss=0 anon=0
+		while read -r k v _; do
+			case $k in Rss:) rss=$v ;; Anonymous:) anon=$v ;; esac
+		done <"/proc/$pid/smaps_rollup" 2>/dev/null || break
+		((rss > peak)) && peak=$rss peak_anon=$anon
+		((anon > max_anon)) && max_anon=$anon
+		echo "$peak $peak_anon $((peak - peak_anon)) $max_anon" >"$out"
+		sleep 0.1
+	done
 }
 
 unmount_contender() {
@@ -299,6 +345,9 @@ peak_rss() {
 
 run_mount() {
 	local who=$1 img=$WORKDIR/$1.img
+	if [[ $who != csi-fat || $BUSY != 1 ]]; then
+		state[seqwrite_busy/$who]="not run" state[seqread_busy/$who]="not run"
+	fi
 	echo "$who: fresh ${IMAGE_MB} MiB FAT32 image $img"
 	new_image "$img"
 
@@ -323,6 +372,18 @@ run_mount() {
 		mount_contender "$who" "$img" randread4
 		random_read randread4 "$who" "$mnt/big" --numjobs=4
 		unmount_contender "$who"
+		if [[ $BUSY == 1 && $who == csi-fat ]]; then
+			# The file again, in the clusters it had, then read back cold, beside the hog.
+			mount_contender "$who" "$img" seqwrite_busy
+			rm -f "$mnt/big"
+			busy measure seqwrite_busy "$who" bash -c 'dd if=/dev/zero of="$1" bs=1M count="$2" conv=fsync status=none && sync "$3"' \
+				_ "$mnt/big" "$SEQ_MB" "$img"
+			unmount_contender "$who"
+			drop_caches
+			mount_contender "$who" "$img" seqread_busy
+			busy measure seqread_busy "$who" dd if="$mnt/big" of=/dev/null bs=1M status=none
+			unmount_contender "$who"
+		fi
 		mount_contender "$who" "$img"
 		if [[ " $VERIFY " == *" $who "* ]]; then
 			timeout -k 10 "$(limit_for "$who")" cmp -n $((SEQ_MB * 1048576)) "$mnt/big" /dev/zero ||
@@ -330,6 +391,7 @@ run_mount() {
 		fi
 	else
 		state[seqread/$who]=$why state[randread/$who]=$why state[randread4/$who]=$why
+		state[seqwrite_busy/$who]=$why state[seqread_busy/$who]=$why
 		mount_contender "$who" "$img"
 	fi
 	# Make room: 1 GiB + 1,000 MiB + the small files do not fit together in 2 GiB.
@@ -436,9 +498,10 @@ count_tree() {
 	rm -f "$img"
 }
 
-# run_loopback: the tree rows through go-fuse's own loopback file system over a directory of the
-# host's file system, mounted as csi-fat mounts are: the floor of any file system served with
-# go-fuse on this machine (the kernel's FUSE round trips and go-fuse, no FAT engine behind).
+# run_loopback: the tree and random-read rows through go-fuse's own loopback file system over a
+# directory of the host's file system, mounted as csi-fat mounts are: the floor of any file system
+# served with go-fuse on this machine (the kernel's FUSE round trips and go-fuse, no FAT engine
+# behind).
 run_loopback() {
 	local dir=$WORKDIR/loopback-tree
 	echo "loopback: go-fuse's loopback file system over $dir"
@@ -451,6 +514,17 @@ run_loopback() {
 	drop_caches
 	mount_contender loopback "$dir" loopback-read
 	measure treeread loopback bash -c 'tar -C "$1" -cf - . | wc -c >/dev/null' _ "$mnt"
+	unmount_contender loopback
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	dd if=/dev/zero of="$dir/big" bs=1M count="$SEQ_MB" oflag=direct conv=fsync status=none
+	drop_caches
+	mount_contender loopback "$dir" loopback-randread
+	random_read randread loopback "$mnt/big"
+	unmount_contender loopback
+	drop_caches
+	mount_contender loopback "$dir" loopback-randread4
+	random_read randread4 loopback "$mnt/big" --numjobs=4
 	unmount_contender loopback
 	rm -rf "$dir"
 }
@@ -510,7 +584,7 @@ rate() {
 	local row=$1 who=$2 s=${secs[$1/$2]:-}
 	case $row in
 	randread | randread4) echo "${iops[$row/$who]:-}" ;;
-	seqwrite | seqread) [[ -n $s ]] && awk -v s="$s" -v m="$SEQ_MB" 'BEGIN { printf "%.1f", m / s }' ;;
+	seqwrite | seqread | seqwrite_busy | seqread_busy) [[ -n $s ]] && awk -v s="$s" -v m="$SEQ_MB" 'BEGIN { printf "%.1f", m / s }' ;;
 	files1m) [[ -n $s ]] && awk -v s="$s" -v n="$BIG_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
 	files4k) [[ -n $s ]] && awk -v s="$s" -v n="$SMALL_FILES" 'BEGIN { printf "%.1f", n / s }' ;;
 	treecopy | treeread) [[ -n $s ]] && awk -v s="$s" -v n="$tree_files" 'BEGIN { printf "%.1f", n / s }' ;;
@@ -570,23 +644,31 @@ done
 if [[ " $CONTENDERS " == *" csi-fat "* ]]; then
 	gib=$(awk -v m="$SEQ_MB" 'BEGIN { print m / 1024 }')
 	echo "csi-fat server CPU seconds (user+sys, from mount to the end of its unmount):"
-	for label in seqwrite seqread; do
+	if compgen -G "$WORKDIR/mem.*" >/dev/null; then
+		# The session with the highest RSS peak, split.
+		cat "$WORKDIR"/mem.* | sort -n | tail -1 | awk '{
+			printf "csi-fat server memory at its RSS peak (smaps_rollup every 0.1 s): %.1f MiB = anonymous %.1f MiB", $1 / 1024, $2 / 1024
+			printf " (heap, the cache, buffers; the largest anonymous seen %.1f MiB) + %.1f MiB of the binary mapped from the page cache\n", $4 / 1024, $3 / 1024 }'
+	fi
+	for label in seqwrite seqread seqwrite_busy seqread_busy; do
 		c=$(cpu_of $label)
 		if [[ -n $c ]]; then
-			printf '  %-9s %6s s, %5s s per GiB\n' "$label" "$c" "$(awk -v c="$c" -v g="$gib" 'BEGIN { printf "%.2f", c / g }')"
+			printf '  %-13s %6s s, %5s s per GiB\n' "$label" "$c" "$(awk -v c="$c" -v g="$gib" 'BEGIN { printf "%.2f", c / g }')"
 		fi
 	done
 	for label in treecopy treeread; do
 		c=$(cpu_of $label)
 		if [[ -n $c ]]; then
-			printf '  %-9s %6s s, %5s ms per file\n' "$label" "$c" \
+			printf '  %-13s %6s s, %5s ms per file\n' "$label" "$c" \
 				"$(awk -v c="$c" -v f="$tree_files" 'BEGIN { printf "%.3f", c * 1000 / f }')"
 		fi
 	done
-	for row in treecopy treeread; do
+	for row in treecopy treeread randread randread4; do
 		if [[ -n $(rate $row loopback) ]]; then
+			unit="files/s" label=loopback-${row#tree}
+			[[ $row == randread* ]] && unit=IOPS label=loopback-$row
 			echo "  ${row_title[$row]} through go-fuse's loopback over the host's file system (the FUSE floor):" \
-				"$(rate $row loopback) files/s, server $(cpu_of loopback-${row#tree}) s; csi-fat/loopback $(ratio $row csi-fat loopback)"
+				"$(rate $row loopback) $unit, server $(cpu_of "$label") s; csi-fat/loopback $(ratio $row csi-fat loopback)"
 		fi
 	done
 	if [[ -n ${devreq[kib]:-} ]]; then
