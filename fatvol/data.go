@@ -12,8 +12,10 @@ import (
 // MaxFileSize is FAT's limit: sizes are 32-bit.
 const MaxFileSize = 1<<32 - 1
 
-// zeroes is a shared buffer of zero bytes for filling gaps.
-var zeroes = make([]byte, 1<<20)
+// zeroes is a shared buffer of zero bytes for filling gaps: a gap is filled in pieces of its size,
+// and a file's tail is padded to the end of a cache page (at most 32 KiB) in one. Small, since it
+// is live heap for the life of every process, which the collector's goal grows with.
+var zeroes = make([]byte, 64<<10)
 
 // clustersFor is how many clusters hold size bytes.
 func (v *Volume) clustersFor(size int64) uint32 {

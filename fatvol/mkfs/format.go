@@ -3,6 +3,7 @@ package mkfs
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
@@ -11,7 +12,9 @@ import (
 
 // zeroChunk is the read-only zero buffer repeated in the write vector for the long zero runs
 // (reserved area, FATs, root directory): the data area is never written, so images stay sparse.
-var zeroChunk = make([]byte, 1<<20)
+// Made at the first format: the binary's other commands, a mount among them, never need it, and
+// as live heap it would raise their collector's goal.
+var zeroChunk = sync.OnceValue(func() []byte { return make([]byte, 1<<20) })
 
 // Format writes a fresh empty FAT file system over the whole device, with the geometry mkfs.fat
 // 4.2 would choose, and returns its geometry. It zeroes the reserved area, every FAT copy and the
@@ -77,9 +80,10 @@ func (l *layout) metadata(g *ondisk.Geometry, diskSignature uint32) [][]byte {
 	ss := int64(g.SectorSize)
 	var bufs [][]byte
 	zeros := func(n int64) {
+		zero := zeroChunk()
 		for n > 0 {
-			c := min(n, int64(len(zeroChunk)))
-			bufs = append(bufs, zeroChunk[:c])
+			c := min(n, int64(len(zero)))
+			bufs = append(bufs, zero[:c])
 			n -= c
 		}
 	}
