@@ -13,9 +13,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 )
+
+// PVClient is what media discovery needs of the API server's PersistentVolumes.
+// internal/kubeapi's PersistentVolumes is one; client-go's typed client is another.
+type PVClient interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PersistentVolumeList, error)
+	Create(ctx context.Context, pv *corev1.PersistentVolume, opts metav1.CreateOptions) (*corev1.PersistentVolume, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.PersistentVolume, error)
+}
 
 // DiscoveryConfig configures discovery mode: every usable medium of the removable-media pool on
 // the node becomes a volume of its own, published as a PersistentVolume that a claim picks by
@@ -42,7 +50,7 @@ type DiscoveryConfig struct {
 	// Interval is how often the media and the PVs are looked at.
 	Interval time.Duration
 	// Client reaches the API server's PersistentVolumes.
-	Client corev1client.PersistentVolumeInterface
+	Client PVClient
 
 	adopt, format Params
 }

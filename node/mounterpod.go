@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol"
@@ -29,10 +28,19 @@ import (
 // image until its volume is unstaged.
 const MounterPod = "pod"
 
+// PodClient is what mounter pods need of the API server: the pods of a namespace.
+// internal/kubeapi's Pods is one; client-go's typed pod client is another.
+type PodClient interface {
+	Create(ctx context.Context, pod *corev1.Pod, opts metav1.CreateOptions) (*corev1.Pod, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+}
+
 // PodConfig says how mounter pods are made.
 type PodConfig struct {
-	// Client reaches the API server (in-cluster config).
-	Client kubernetes.Interface `json:"-"`
+	// Pods reaches the API server's pods of a namespace (in-cluster config).
+	Pods func(namespace string) PodClient `json:"-"`
 	// Namespace the pods live in: the plugin's own.
 	Namespace string `json:"namespace"`
 	// Image runs `csi-fat mounter` (its entrypoint is csi-fat); normally the plugin's own.
@@ -207,7 +215,7 @@ func (m *Manager) imageInMemory(rec VolumeRecord) bool {
 func (m *Manager) startMounterPod(rec VolumeRecord) (*mounterProc, error) {
 	c := m.cfg.Mounter.Pod
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
-	pod, err := c.Client.CoreV1().Pods(c.Namespace).Create(ctx, m.mounterPodSpec(rec), metav1.CreateOptions{})
+	pod, err := c.Pods(c.Namespace).Create(ctx, m.mounterPodSpec(rec), metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create mounter pod for %s: %w", rec.ID, err)
@@ -299,7 +307,7 @@ func podEnding(pod *corev1.Pod) string {
 func (p *mounterProc) getPod() (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	defer cancel()
-	pod, err := p.podCfg.Client.CoreV1().Pods(p.pod.namespace).Get(ctx, p.pod.name, metav1.GetOptions{})
+	pod, err := p.podCfg.Pods(p.pod.namespace).Get(ctx, p.pod.name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("mounter pod %s: %w", p.pod, err)
 	}
@@ -341,7 +349,7 @@ func (p *mounterProc) podEnded(connErr error) string {
 // and it has exited, or it must end now) and waits until it is gone. Not zero: that would remove
 // the object before the kubelet has ended the process, and the caller needs it ended.
 func (p *mounterProc) deletePod() {
-	c := p.podCfg.Client.CoreV1().Pods(p.pod.namespace)
+	c := p.podCfg.Pods(p.pod.namespace)
 	grace := int64(1)
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	err := c.Delete(ctx, p.pod.name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &p.pod.uid}})
@@ -366,7 +374,7 @@ func (m *Manager) mounterPods() ([]corev1.Pod, error) {
 	c := m.cfg.Mounter.Pod
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	defer cancel()
-	list, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{
+	list, err := c.Pods(c.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{mounterComponentLabel: mounterComponent, mounterNameLabel: "csi-fat"}).String(),
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.cfg.NodeID).String(),
 	})

@@ -75,7 +75,7 @@ func (c MounterConfig) validate() error {
 	case "", MounterInProcess, MounterProcess:
 		return nil
 	case MounterPod:
-		if c.Pod == nil || c.Pod.Client == nil || c.Pod.Namespace == "" || c.Pod.Image == "" || c.Pod.KubeletDir == "" {
+		if c.Pod == nil || c.Pod.Pods == nil || c.Pod.Namespace == "" || c.Pod.Image == "" || c.Pod.KubeletDir == "" {
 			return fmt.Errorf("mounter mode %s needs an API client, a namespace, an image and the kubelet's directory", MounterPod)
 		}
 		return nil

@@ -7,9 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/csi-fat/csi-fat/internal/kubeapi"
 	"github.com/csi-fat/csi-fat/node"
 )
 
@@ -54,15 +53,10 @@ func (d *discoveryFlags) config() (*node.DiscoveryConfig, error) {
 		}
 		c.Parameters[k] = v
 	}
-	rc, err := rest.InClusterConfig()
+	client, err := kubeapi.InCluster("csi-fat-discovery")
 	if err != nil {
-		return nil, fmt.Errorf("--media-discovery: the API server: %w", err)
+		return nil, fmt.Errorf("--media-discovery: %w", err)
 	}
-	rc.UserAgent = "csi-fat-discovery"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("--media-discovery: API client: %w", err)
-	}
-	c.Client = client.CoreV1().PersistentVolumes()
+	c.Client = client.PersistentVolumes()
 	return c, nil
 }

@@ -9,9 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/csi-fat/csi-fat/internal/kubeapi"
 	"github.com/csi-fat/csi-fat/node"
 )
 
@@ -58,16 +57,13 @@ func (p *podFlags) config() (*node.PodConfig, error) {
 		}
 		*q.dst = v
 	}
-	rc, err := rest.InClusterConfig()
+	client, err := kubeapi.InCluster("csi-fat")
 	if err != nil {
-		return nil, fmt.Errorf("--mounter=pod: the API server: %w", err)
+		return nil, fmt.Errorf("--mounter=pod: %w", err)
 	}
-	rc.UserAgent = "csi-fat"
-	if c.Client, err = kubernetes.NewForConfig(rc); err != nil {
-		return nil, fmt.Errorf("--mounter=pod: API client: %w", err)
-	}
+	c.Pods = func(namespace string) node.PodClient { return client.Pods(namespace) }
 	if self := os.Getenv("POD_NAME"); self != "" {
-		if c.Owner, err = controllerOf(c.Client, p.namespace, self); err != nil {
+		if c.Owner, err = controllerOf(c.Pods(p.namespace), p.namespace, self); err != nil {
 			return nil, err
 		}
 	}
@@ -77,10 +73,10 @@ func (p *podFlags) config() (*node.PodConfig, error) {
 // controllerOf is the controller (the DaemonSet) of the driver's own pod: mounter pods name it
 // as their owner, so that uninstalling the driver removes them, while an upgrade, which keeps
 // the DaemonSet, leaves them serving.
-func controllerOf(client kubernetes.Interface, namespace, pod string) (*metav1.OwnerReference, error) {
+func controllerOf(pods node.PodClient, namespace, pod string) (*metav1.OwnerReference, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	self, err := client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	self, err := pods.Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--mounter=pod: reading the driver's own pod %s/%s: %w", namespace, pod, err)
 	}
