@@ -214,9 +214,10 @@ func TestPlainHostMounterOutlivesDriver(t *testing.T) {
 	if sid, err := unix.Getsid(mr.PID); err != nil || sid != mr.PID {
 		t.Fatalf("mounter's session %d, %v: want a session of its own", sid, err)
 	}
-	// It could not open the image itself: the driver handed it an O_DIRECT twin for large writes.
-	if img := directDescriptor(t, mr.PID); img == "" {
-		t.Fatal("the mounter holds no O_DIRECT descriptor of its image")
+	// It could not open the image itself: the driver handed it an O_DIRECT twin for large
+	// writes and reads, so open for both.
+	if img := directDescriptor(t, mr.PID, unix.O_RDWR); img == "" {
+		t.Fatal("the mounter holds no O_DIRECT descriptor of its image open for reading and writing")
 	}
 	// Nor raise the mount's read-ahead: the driver did, without asking the mount.
 	var mst syscall.Stat_t
@@ -507,8 +508,8 @@ func TestRestartWithDeadMounter(t *testing.T) {
 }
 
 // directDescriptor returns the file that one of the process's descriptors has open with
-// O_DIRECT (fdinfo's flags), or "".
-func directDescriptor(t *testing.T, pid int) string {
+// O_DIRECT and the access mode accmode (fdinfo's flags), or "".
+func directDescriptor(t *testing.T, pid int, accmode uint64) string {
 	t.Helper()
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
@@ -525,7 +526,7 @@ func directDescriptor(t *testing.T, pid int) string {
 				continue
 			}
 			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
-			if err == nil && flags&unix.O_DIRECT != 0 {
+			if err == nil && flags&unix.O_DIRECT != 0 && flags&unix.O_ACCMODE == accmode {
 				target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
 				return target
 			}

@@ -303,7 +303,7 @@ func (d *File) ReadAt(p []byte, off int64) (int, error) {
 		p = p[:rem]
 		short = true
 	}
-	n, err := d.f.ReadAt(p, off)
+	n, err := d.readAt(p, off)
 	if err == io.EOF {
 		// The file shrank under us (someone truncated the image): report it as EOF, like os.File.
 		return n, io.EOF
@@ -315,6 +315,20 @@ func (d *File) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readAt reads large aligned extents through the direct twin when it reads (direct.go), the
+// rest through the page cache.
+func (d *File) readAt(p []byte, off int64) (int, error) {
+	d.directMu.Lock()
+	w := d.direct
+	d.directMu.Unlock()
+	if w != nil && len(p) > 0 {
+		if n, ok, err := w.readAt(p, off); ok {
+			return n, err
+		}
+	}
+	return d.f.ReadAt(p, off)
 }
 
 // checkWrite refuses writes the engine must never issue: on a read-only handle, or

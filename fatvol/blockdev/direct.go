@@ -3,6 +3,7 @@ package blockdev
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,16 @@ import (
 // so a request ends at the queue's segment limit (128 pages, 512 KiB on a loop device) however
 // much the queue takes; one O_DIRECT write from contiguous memory fills requests up to the
 // queue's max_sectors_kb. The device's page cache then holds no second copy of what the engine
-// writes, which in a memory-limited mounter is memory that counts against its limit. Reads stay
-// buffered: the kernel keeps the two coherent (a direct write writes back and drops the cached
-// pages of its range).
+// writes, which in a memory-limited mounter is memory that counts against its limit.
+//
+// Large reads (what the kernel's read ahead asks of a FUSE mount) come through the same twin
+// when it is open for reading too, straight into the reply's buffer: what is read lands in the
+// mount's own page cache, where the reader needs it, and not a second time in the device's, whose
+// filling cost the server more CPU than the rest of the read (a 1 GiB file read cold after a
+// copy: 1.1-2.1 s of server CPU buffered, 0.3-0.4 s direct). Small reads (random 4 KiB reads,
+// directory clusters of most volumes) and metadata stay buffered. The kernel keeps the two paths
+// coherent: a direct write writes back and drops the cached pages of its range, a direct read
+// writes back the dirty cached pages of its range first.
 
 const (
 	// directMin is the smallest write worth the copy into the direct buffer: smaller ones are
@@ -28,6 +36,9 @@ const (
 	// directChunk is the direct buffer's size, what one pwrite carries: two huge pages.
 	directChunk = 4 << 20
 	hugePage    = 2 << 20
+	// directReadMin is the smallest read that skips the device's page cache: the kernel's read
+	// ahead of a FUSE mount asks for 128 KiB and more at a time, random reads for a page.
+	directReadMin = 64 << 10
 )
 
 // directWriter writes through an O_DIRECT descriptor of the device from its buffer.
@@ -35,23 +46,64 @@ type directWriter struct {
 	f     *os.File
 	align int64 // offsets and lengths must be multiples of it (STATX_DIOALIGN, or the logical block size)
 
+	// fMu keeps f open while a read uses it (reads do not take mu, so that they do not wait for
+	// a write's copy and pwrite); close takes it for writing.
+	fMu sync.RWMutex
 	mu  sync.Mutex // one write at a time uses buf
 	buf []byte     // directChunk bytes of mem, aligned to a huge page
 	mem []byte     // the mapping
 	// refused: the medium answered EINVAL to a direct write; everything goes through the page
-	// cache from then on.
-	refused bool
-	writes  atomic.Int64 // direct pwrites issued, for tests
+	// cache from then on. readRefused: the same for a direct read.
+	refused     bool
+	readRefused atomic.Bool
+	writes      atomic.Int64 // direct pwrites issued, for tests
+	// readable: the twin is open for reading too, and large aligned reads go through it.
+	readable bool
+	reads    atomic.Int64 // direct preads issued, for tests
 }
 
-// OpenDirectTwin opens f's file again for writing with O_DIRECT, a descriptor to hand to
+// readAt reads p at off with O_DIRECT when it suits: ok is false when it does not (too small,
+// unaligned on the medium or in memory, a twin for writing only, direct reads refused), and then
+// nothing was read and the caller reads through the page cache.
+func (w *directWriter) readAt(p []byte, off int64) (n int, ok bool, err error) {
+	if !w.readable || len(p) < directReadMin || off%w.align != 0 || int64(len(p))%w.align != 0 ||
+		int64(uintptr(unsafe.Pointer(&p[0])))%w.align != 0 || w.readRefused.Load() {
+		return 0, false, nil
+	}
+	w.fMu.RLock()
+	defer w.fMu.RUnlock()
+	if w.f == nil {
+		return 0, false, nil
+	}
+	for n < len(p) {
+		m, err := unix.Pread(int(w.f.Fd()), p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EINVAL && n == 0 {
+			w.readRefused.Store(true) // the medium refuses direct reads after all: never again
+			return 0, false, nil
+		}
+		if err != nil {
+			return n, true, err
+		}
+		if m == 0 {
+			return n, true, io.EOF
+		}
+		w.reads.Add(1)
+		n += m
+	}
+	return n, true, nil
+}
+
+// OpenDirectTwin opens f's file again for reading and writing with O_DIRECT, a descriptor to hand to
 // AttachDirect (by a process that may open the device, for one that may not). The twin
 // carries no claim: f's claim covers the medium.
 func OpenDirectTwin(f *os.File) (*os.File, error) {
 	var twin *os.File
 	var oerr error
 	err := controlFile(f, func(fd int) {
-		twin, oerr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		twin, oerr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	})
 	if err == nil {
 		err = oerr
@@ -124,6 +176,8 @@ func (d *File) newDirectWriter(twin *os.File) (*directWriter, error) {
 	if flags&unix.O_DIRECT == 0 || flags&unix.O_ACCMODE == unix.O_RDONLY {
 		return nil, errors.New("the descriptor is not open for writing with O_DIRECT")
 	}
+	// A twin for writing only (from a plugin before direct reads) leaves reads buffered.
+	readable := flags&unix.O_ACCMODE == unix.O_RDWR
 	align := int64(d.logical)
 	if !d.isBlock {
 		var stx unix.Statx_t
@@ -138,7 +192,7 @@ func (d *File) newDirectWriter(twin *os.File) (*directWriter, error) {
 	if align <= 0 || align > directChunk || directChunk%align != 0 {
 		return nil, fmt.Errorf("implausible direct I/O alignment %d", align)
 	}
-	return &directWriter{f: twin, align: align}, nil
+	return &directWriter{f: twin, align: align, readable: readable}, nil
 }
 
 // writev writes bufs back to back at off with O_DIRECT when the extent suits it. ok is false
@@ -199,8 +253,10 @@ func (w *directWriter) close() error {
 		_ = unix.Munmap(w.mem)
 		w.buf, w.mem = nil, nil
 	}
+	w.fMu.Lock()
 	f := w.f
 	w.f = nil
+	w.fMu.Unlock()
 	return f.Close()
 }
 

@@ -2,11 +2,15 @@ package blockdev
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // pages splits n bytes of a seeded pattern into page-sized buffers, as the engine's cache
@@ -192,4 +196,147 @@ func TestAttachDirectRefuses(t *testing.T) {
 	if got := readBack(t, a, 0, len(want)); !bytes.Equal(got, want) {
 		t.Fatal("page-cache write after refused twins differs")
 	}
+}
+
+func directReads(d *File) int64 {
+	d.directMu.Lock()
+	defer d.directMu.Unlock()
+	if d.direct == nil {
+		return -1
+	}
+	return d.direct.reads.Load()
+}
+
+// alignedBuf is n bytes at a page boundary, as go-fuse's reply buffers are.
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+65536)
+	skip := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
+	return b[skip : skip+n : skip+n]
+}
+
+// TestDirectReads: large aligned reads go through the twin, small or unaligned ones through the
+// page cache, and every read sees the last write whichever way it went: data still dirty in the
+// device's page cache (a buffered write not yet written back), a direct batch, a buffered write
+// over it. A twin open for writing only (what a plugin without direct reads hands over) leaves
+// reads buffered. On an image file and on loop devices of 512-byte and 4 KiB sectors.
+func TestDirectReads(t *testing.T) {
+	const size = 16 << 20
+	for _, tc := range []struct {
+		name   string
+		sector int // 0: the image file itself
+	}{{"image", 0}, {"loop512", 512}, {"loop4096", 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := filepath.Join(t.TempDir(), "dev.img")
+			f, err := CreateImage(img, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := img
+			if tc.sector != 0 {
+				f.Close()
+				path = losetup(t, img, tc.sector)
+				if f, err = Open(path, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			defer f.Close()
+			if err := f.OpenDirect(); err != nil {
+				t.Fatalf("OpenDirect on %s: %v", path, err)
+			}
+			read := func(off int64, n int) []byte {
+				t.Helper()
+				p := alignedBuf(n)
+				if _, err := f.ReadAt(p, off); err != nil {
+					t.Fatalf("read %d at %d: %v", n, off, err)
+				}
+				return p
+			}
+
+			// Buffered, still dirty in the device's page cache: a direct read must see it.
+			bufs, want := pages(5, 1<<20, 4096)
+			for i, b := range bufs {
+				if _, err := f.WriteAt(b, 2<<20+int64(i*4096)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := directReads(f)
+			if got := read(2<<20, 1<<20); !bytes.Equal(got, want) {
+				t.Fatal("a direct read does not see buffered writes not yet written back")
+			}
+			if directReads(f) == before {
+				t.Fatal("a 1 MiB aligned read did not go direct")
+			}
+
+			// A direct batch, then a buffered write inside it: reads see both.
+			batch, want2 := pages(6, 2<<20, 4096)
+			if _, err := f.WritevAt(batch, 4<<20); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("later, buffered"), 5<<20+4096); err != nil {
+				t.Fatal(err)
+			}
+			copy(want2[1<<20+4096:], "later, buffered")
+			if got := read(4<<20, 2<<20); !bytes.Equal(got, want2) {
+				t.Fatal("a direct read after a direct batch and a buffered write differs")
+			}
+
+			// Small, unaligned in the device, unaligned in memory: buffered, same bytes.
+			before = directReads(f)
+			if got := read(4<<20, 4096); !bytes.Equal(got, want2[:4096]) {
+				t.Fatal("small read differs")
+			}
+			odd := alignedBuf(256<<10 + 512)[512:]
+			if _, err := f.ReadAt(odd, 4<<20+512); err != nil || !bytes.Equal(odd, want2[512:512+256<<10]) {
+				t.Fatalf("read into memory off a page boundary: %v, or bytes differ", err)
+			}
+			unaligned := alignedBuf(256 << 10)
+			if _, err := f.ReadAt(unaligned, 4<<20+100); err != nil || !bytes.Equal(unaligned, want2[100:100+256<<10]) {
+				t.Fatalf("read at an unaligned offset: %v, or bytes differ", err)
+			}
+			after := directReads(f)
+			if tc.sector == 4096 || tc.sector == 0 && directAlign(t, f) > 512 {
+				if after != before {
+					t.Errorf("direct reads %d -> %d for reads not aligned enough", before, after)
+				}
+			} else if after != before+1 {
+				// The read into memory 512 bytes past a page boundary is aligned enough here.
+				t.Errorf("direct reads %d -> %d, want one more (the 512-aligned read)", before, after)
+			}
+			// The file's last bytes, a read running past the end: short, EOF, buffered.
+			tail := alignedBuf(128 << 10)
+			if n, err := f.ReadAt(tail, size-64<<10); n != 64<<10 || err != io.EOF {
+				t.Errorf("read past the end = %d, %v; want %d, EOF", n, err, 64<<10)
+			}
+		})
+	}
+
+	t.Run("write-only twin", func(t *testing.T) {
+		img := filepath.Join(t.TempDir(), "dev.img")
+		f, err := CreateImage(img, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		twin, err := os.OpenFile(img, os.O_WRONLY|unix.O_DIRECT, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AttachDirect(twin); err != nil {
+			t.Fatalf("AttachDirect(write-only twin) = %v", err)
+		}
+		bufs, want := pages(7, 1<<20, 4096)
+		if _, err := f.WritevAt(bufs, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		p := alignedBuf(1 << 20)
+		if _, err := f.ReadAt(p, 1<<20); err != nil || !bytes.Equal(p, want) {
+			t.Fatalf("read: %v, or bytes differ", err)
+		}
+		if r := directReads(f); r != 0 {
+			t.Errorf("%d direct reads through a twin open for writing only", r)
+		}
+		if directWrites(f) == 0 {
+			t.Error("no direct write through the write-only twin")
+		}
+	})
 }
