@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -533,4 +534,55 @@ func directDescriptor(t *testing.T, pid int, accmode uint64) string {
 		}
 	}
 	return ""
+}
+
+// TestReadOnlyMounterReadsDirect: a volume staged read-only is served by a mounter that holds the
+// image open for reading alone, its O_DIRECT twin too (what serves a read-only volume has no way
+// to write the medium), and large reads through the mount come back as written.
+func TestReadOnlyMounterReadsDirect(t *testing.T) {
+	requireFUSE(t)
+	td := startDriver(t, "", withMounters)
+	dir := td.dir
+	ctx := context.Background()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	id := stagePublish(t, td.ctrl, td.node, "firmware", staging, target)
+	want := make([]byte, 4<<20)
+	for i := range want {
+		want[i] = byte(i*7 + i>>12)
+	}
+	if err := os.WriteFile(filepath.Join(target, "image.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+
+	ro := mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY)
+	if _, err := td.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: ro}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: ro, Readonly: true}); err != nil {
+		t.Fatal(err)
+	}
+	mr := stagedMounter(t, dir, "firmware")
+	if img := directDescriptor(t, mr.PID, unix.O_RDONLY); img == "" {
+		t.Fatal("the read-only mounter holds no O_DIRECT descriptor of its image open for reading")
+	}
+	if img := directDescriptor(t, mr.PID, unix.O_RDWR); img != "" {
+		t.Fatalf("the read-only mounter holds %s open for writing with O_DIRECT", img)
+	}
+	got, err := os.ReadFile(filepath.Join(target, "image.bin"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("reading the file back through the read-only mount: %v, or the bytes differ", err)
+	}
+	if _, err := td.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := td.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -260,7 +260,7 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 }
 
 // serve opens the volume on the device and serves it on the mounted FUSE descriptor; large
-// writes go through direct, the device's O_DIRECT twin, when the plugin sent one.
+// reads and writes go through direct, the device's O_DIRECT twin, when the plugin sent one.
 func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File) *protocol.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -292,10 +292,11 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		fuseFile.Close()
 		return fail(err, "")
 	}
-	if direct != nil && !opts.ReadOnly {
-		// Without it every write goes through the page cache, as before: slower, not wrong.
+	if direct != nil {
+		// Without it every read and write goes through the page cache, as before: slower, not
+		// wrong. A read-only staging's twin must be open for reading alone (AttachDirect).
 		if err := file.AttachDirect(direct); err != nil {
-			s.log.Warn("large writes go through the page cache", "volume", req.Volume, "reason", err)
+			s.log.Warn("large reads and writes go through the page cache", "volume", req.Volume, "reason", err)
 		}
 		direct = nil
 	}

@@ -512,15 +512,14 @@ func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageReco
 		Damage: damage, Checked: true, Partition: rec.Partition,
 	}
 	fds := []int{devFD, int(fuseFile.Fd())}
-	if !opts.ReadOnly {
-		// The mounter may not open the device: it gets the twin for direct writes from here.
-		if twin, err := blockdev.OpenDirectTwin(dev.OSFile()); err == nil {
-			defer twin.Close()
-			args.Direct = true
-			fds = append(fds, int(twin.Fd()))
-		} else {
-			klog.V(2).InfoS("large writes go through the page cache", "volume", rec.ID, "reason", err)
-		}
+	// The mounter may not open the device: it gets the twin for direct reads and writes from
+	// here (for reads alone when the volume is served read-only).
+	if twin, err := blockdev.OpenDirectTwin(dev.OSFile(), !opts.ReadOnly); err == nil {
+		defer twin.Close()
+		args.Direct = true
+		fds = append(fds, int(twin.Fd()))
+	} else {
+		klog.V(2).InfoS("large reads and writes go through the page cache", "volume", rec.ID, "reason", err)
 	}
 	_, err = p.call(&protocol.Request{Op: protocol.OpServe, Serve: args}, serveTimeout, fds...)
 	fuseFile.Close()

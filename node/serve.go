@@ -110,10 +110,8 @@ func serveVolume(open opener, id, devicePath, partition, stagingPath string, opt
 	if err != nil {
 		return nil, err
 	}
-	if !opts.ReadOnly {
-		if err := file.OpenDirect(); err != nil {
-			klog.V(2).InfoS("large writes go through the page cache", "volume", id, "reason", err)
-		}
+	if err := file.OpenDirect(); err != nil {
+		klog.V(2).InfoS("large reads and writes go through the page cache", "volume", id, "reason", err)
 	}
 	// The file system of a superfloppy is the whole device; a partitioned stick's is the
 	// partition named (or its first FAT partition), served through a window that bounds every

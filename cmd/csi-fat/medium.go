@@ -18,10 +18,8 @@ func openMedium(path string, claim blockdev.Claim, partition string, out io.Writ
 	if err != nil {
 		return nil, err
 	}
-	if claim == blockdev.Exclusive {
-		// Large writes with O_DIRECT where the medium takes it; else through the page cache.
-		_ = f.OpenDirect()
-	}
+	// Large reads and writes with O_DIRECT where the medium takes it; else through the page cache.
+	_ = f.OpenDirect()
 	dev, p, err := layout.Open(f, partition)
 	if err != nil {
 		f.Close()

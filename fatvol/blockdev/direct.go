@@ -57,9 +57,10 @@ type directWriter struct {
 	refused     bool
 	readRefused atomic.Bool
 	writes      atomic.Int64 // direct pwrites issued, for tests
-	// readable: the twin is open for reading too, and large aligned reads go through it.
-	readable bool
-	reads    atomic.Int64 // direct preads issued, for tests
+	// readable, writable: the twin's access; large aligned reads and writes go through it
+	// when it allows them.
+	readable, writable bool
+	reads              atomic.Int64 // direct preads issued, for tests
 }
 
 // readAt reads p at off with O_DIRECT when it suits: ok is false when it does not (too small,
@@ -96,14 +97,19 @@ func (w *directWriter) readAt(p []byte, off int64) (n int, ok bool, err error) {
 	return n, true, nil
 }
 
-// OpenDirectTwin opens f's file again for reading and writing with O_DIRECT, a descriptor to hand to
-// AttachDirect (by a process that may open the device, for one that may not). The twin
+// OpenDirectTwin opens f's file again with O_DIRECT, for reading and writing, or for reading
+// alone unless writable: a descriptor to hand to AttachDirect (by a process that may open the
+// device, for one that may not) of a File open for writing, or for reading alone. The twin
 // carries no claim: f's claim covers the medium.
-func OpenDirectTwin(f *os.File) (*os.File, error) {
+func OpenDirectTwin(f *os.File, writable bool) (*os.File, error) {
+	mode := os.O_RDONLY
+	if writable {
+		mode = os.O_RDWR
+	}
 	var twin *os.File
 	var oerr error
 	err := controlFile(f, func(fd int) {
-		twin, oerr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		twin, oerr = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), mode|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	})
 	if err == nil {
 		err = oerr
@@ -114,9 +120,11 @@ func OpenDirectTwin(f *os.File) (*os.File, error) {
 	return twin, nil
 }
 
-// AttachDirect makes d write large aligned extents through twin, an O_DIRECT descriptor of the
-// same file (OpenDirectTwin). d owns twin from then on, even when AttachDirect fails; a File
-// without one writes everything through the page cache, as before.
+// AttachDirect makes d write and read large aligned extents through twin, an O_DIRECT
+// descriptor of the same file (OpenDirectTwin): writes when twin is open for writing, reads when
+// it is open for reading. A read-only File takes a twin open for reading alone. d owns twin from
+// then on, even when AttachDirect fails; a File without one reads and writes everything through
+// the page cache, as before.
 func (d *File) AttachDirect(twin *os.File) error {
 	w, err := d.newDirectWriter(twin)
 	if err != nil {
@@ -136,10 +144,7 @@ func (d *File) AttachDirect(twin *os.File) error {
 // OpenDirect attaches a direct twin this process opens itself (it must be allowed to open the
 // device; an unprivileged mounter gets its twin from the plugin instead).
 func (d *File) OpenDirect() error {
-	if d.readOnly {
-		return nil
-	}
-	twin, err := OpenDirectTwin(d.f)
+	twin, err := OpenDirectTwin(d.f, !d.readOnly)
 	if err != nil {
 		return fmt.Errorf("blockdev %s: %w", d.path, err)
 	}
@@ -150,15 +155,19 @@ func (d *File) OpenDirect() error {
 func (d *File) DirectWrites() bool {
 	d.directMu.Lock()
 	defer d.directMu.Unlock()
-	return d.direct != nil
+	return d.direct != nil && d.direct.writable
+}
+
+// DirectReads tells whether large reads come from the medium with O_DIRECT.
+func (d *File) DirectReads() bool {
+	d.directMu.Lock()
+	defer d.directMu.Unlock()
+	return d.direct != nil && d.direct.readable
 }
 
 // newDirectWriter checks that twin is the same file as d's, open for writing with O_DIRECT,
 // and finds the alignment direct I/O on it needs.
 func (d *File) newDirectWriter(twin *os.File) (*directWriter, error) {
-	if d.readOnly {
-		return nil, ErrReadOnly
-	}
 	var a, b unix.Stat_t
 	if err := unix.Fstat(int(twin.Fd()), &a); err != nil {
 		return nil, err
@@ -173,11 +182,18 @@ func (d *File) newDirectWriter(twin *os.File) (*directWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if flags&unix.O_DIRECT == 0 || flags&unix.O_ACCMODE == unix.O_RDONLY {
-		return nil, errors.New("the descriptor is not open for writing with O_DIRECT")
+	acc := flags & unix.O_ACCMODE
+	switch {
+	case flags&unix.O_DIRECT == 0:
+		return nil, errors.New("the descriptor is not open with O_DIRECT")
+	case d.readOnly && acc != unix.O_RDONLY:
+		// What serves a read-only volume gets no way to write its medium.
+		return nil, errors.New("the descriptor is open for writing, the medium for reading only")
+	case !d.readOnly && acc == unix.O_RDONLY:
+		return nil, errors.New("the descriptor is not open for writing")
 	}
 	// A twin for writing only (from a plugin before direct reads) leaves reads buffered.
-	readable := flags&unix.O_ACCMODE == unix.O_RDWR
+	readable, writable := acc != unix.O_WRONLY, acc != unix.O_RDONLY
 	align := int64(d.logical)
 	if !d.isBlock {
 		var stx unix.Statx_t
@@ -192,14 +208,14 @@ func (d *File) newDirectWriter(twin *os.File) (*directWriter, error) {
 	if align <= 0 || align > directChunk || directChunk%align != 0 {
 		return nil, fmt.Errorf("implausible direct I/O alignment %d", align)
 	}
-	return &directWriter{f: twin, align: align, readable: readable}, nil
+	return &directWriter{f: twin, align: align, readable: readable, writable: writable}, nil
 }
 
 // writev writes bufs back to back at off with O_DIRECT when the extent suits it. ok is false
 // when it does not (too small, unaligned, or direct I/O refused at the first try), and then
 // nothing was written: the caller writes through the page cache.
 func (w *directWriter) writev(bufs [][]byte, total, off int64) (n int, ok bool, err error) {
-	if total < directMin || off%w.align != 0 || total%w.align != 0 {
+	if !w.writable || total < directMin || off%w.align != 0 || total%w.align != 0 {
 		return 0, false, nil
 	}
 	w.mu.Lock()

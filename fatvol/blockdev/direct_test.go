@@ -164,7 +164,7 @@ func TestAttachDirectRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	other, err := OpenDirectTwin(b.OSFile())
+	other, err := OpenDirectTwin(b.OSFile(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +186,24 @@ func TestAttachDirectRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if err := ro.OpenDirect(); err != nil || ro.DirectWrites() {
-		t.Errorf("OpenDirect on a read-only File = %v, DirectWrites %v; want nothing attached", err, ro.DirectWrites())
+	// A read-only File takes a twin for reading alone, and no other.
+	rw, err := OpenDirectTwin(ro.OSFile(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.AttachDirect(rw); err == nil || !strings.Contains(err.Error(), "for reading only") {
+		t.Errorf("AttachDirect(a twin for writing) to a read-only File = %v", err)
+	}
+	if err := ro.OpenDirect(); err != nil || ro.DirectWrites() || !ro.DirectReads() {
+		t.Errorf("OpenDirect on a read-only File = %v, DirectWrites %v, DirectReads %v; want reads alone", err, ro.DirectWrites(), ro.DirectReads())
+	}
+	// A File open for writing takes no twin for reading alone.
+	rdonly, err := OpenDirectTwin(a.OSFile(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AttachDirect(rdonly); err == nil || !strings.Contains(err.Error(), "not open for writing") {
+		t.Errorf("AttachDirect(a twin for reading) to a File open for writing = %v", err)
 	}
 	bufs, want := pages(4, 1<<20, 4096)
 	if _, err := a.WritevAt(bufs, 0); err != nil {
@@ -309,6 +325,34 @@ func TestDirectReads(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("read-only", func(t *testing.T) {
+		img := filepath.Join(t.TempDir(), "dev.img")
+		f, err := CreateImage(img, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs, want := pages(8, 1<<20, 4096)
+		if _, err := f.WritevAt(bufs, 3<<20); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		ro, err := OpenClaimed(img, ExclusiveReadOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		if err := ro.OpenDirect(); err != nil || !ro.DirectReads() || ro.DirectWrites() {
+			t.Fatalf("OpenDirect = %v, DirectReads %v, DirectWrites %v", err, ro.DirectReads(), ro.DirectWrites())
+		}
+		p := alignedBuf(1 << 20)
+		if _, err := ro.ReadAt(p, 3<<20); err != nil || !bytes.Equal(p, want) {
+			t.Fatalf("read: %v, or bytes differ", err)
+		}
+		if r := directReads(ro); r < 1 {
+			t.Error("a 1 MiB aligned read of a read-only File did not go direct")
+		}
+	})
 
 	t.Run("write-only twin", func(t *testing.T) {
 		img := filepath.Join(t.TempDir(), "dev.img")

@@ -112,10 +112,11 @@ type ServeArgs struct {
 	// Partition names the partition to serve, as CheckArgs.Partition: only its bounds are read
 	// and written.
 	Partition string `json:"partition,omitempty"`
-	// Direct: a third descriptor follows, the device open for reading and writing with O_DIRECT,
-	// through which the engine writes and reads large extents (blockdev.File.AttachDirect; one
-	// open for writing only serves writes). The mounter cannot open the device itself. A mounter
-	// older than this field refuses the third descriptor.
+	// Direct: a third descriptor follows, the device open with O_DIRECT (for reading and
+	// writing, for reading alone when the volume is served read-only), through which the engine
+	// reads and writes large extents (blockdev.File.AttachDirect; one open for writing only
+	// serves writes). The mounter cannot open the device itself. A mounter older than this field
+	// refuses the third descriptor.
 	Direct bool `json:"direct,omitempty"`
 }
 
