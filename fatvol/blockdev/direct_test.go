@@ -46,34 +46,47 @@ func readBack(t *testing.T, d *File, off int64, n int) []byte {
 	return got
 }
 
+// directMedia are the media the direct I/O tests run on: an image file and loop devices of
+// 512-byte and of 4 KiB sectors (where 512-aligned I/O is not aligned enough and must fall back).
+var directMedia = []struct {
+	name   string
+	sector int // 0: the image file itself
+}{{"image", 0}, {"loop512", 512}, {"loop4096", 4096}}
+
+// directMedium makes a medium of size bytes (a loop device of sector-byte sectors over an image
+// file, or the image itself for 0), opened for writing with its direct twin attached; it is closed
+// when the test ends.
+func directMedium(t *testing.T, size int64, sector int) (*File, string) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "dev.img")
+	f, err := CreateImage(img, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := img
+	if sector != 0 {
+		f.Close()
+		path = losetup(t, img, sector)
+		if f, err = Open(path, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := f.OpenDirect(); err != nil {
+		t.Fatalf("OpenDirect on %s: %v", path, err)
+	}
+	return f, path
+}
+
 // TestDirectWrites: large aligned batches go through the O_DIRECT twin, everything else through
 // the page cache, and reads (buffered) see whichever was written last: the kernel keeps the two
 // coherent. On an image file and on a loop device of 512-byte and of 4 KiB sectors (where a
 // 512-aligned batch is not aligned enough and must fall back).
 func TestDirectWrites(t *testing.T) {
 	const size = 32 << 20
-	for _, tc := range []struct {
-		name   string
-		sector int // 0: the image file itself
-	}{{"image", 0}, {"loop512", 512}, {"loop4096", 4096}} {
+	for _, tc := range directMedia {
 		t.Run(tc.name, func(t *testing.T) {
-			img := filepath.Join(t.TempDir(), "dev.img")
-			f, err := CreateImage(img, size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := img
-			if tc.sector != 0 {
-				f.Close()
-				path = losetup(t, img, tc.sector)
-				if f, err = Open(path, false); err != nil {
-					t.Fatal(err)
-				}
-			}
-			defer f.Close()
-			if err := f.OpenDirect(); err != nil {
-				t.Fatalf("OpenDirect on %s: %v", path, err)
-			}
+			f, path := directMedium(t, size, tc.sector)
 			if !f.DirectWrites() {
 				t.Fatal("DirectWrites false after OpenDirect")
 			}
@@ -237,28 +250,9 @@ func alignedBuf(n int) []byte {
 // reads buffered. On an image file and on loop devices of 512-byte and 4 KiB sectors.
 func TestDirectReads(t *testing.T) {
 	const size = 16 << 20
-	for _, tc := range []struct {
-		name   string
-		sector int // 0: the image file itself
-	}{{"image", 0}, {"loop512", 512}, {"loop4096", 4096}} {
+	for _, tc := range directMedia {
 		t.Run(tc.name, func(t *testing.T) {
-			img := filepath.Join(t.TempDir(), "dev.img")
-			f, err := CreateImage(img, size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := img
-			if tc.sector != 0 {
-				f.Close()
-				path = losetup(t, img, tc.sector)
-				if f, err = Open(path, false); err != nil {
-					t.Fatal(err)
-				}
-			}
-			defer f.Close()
-			if err := f.OpenDirect(); err != nil {
-				t.Fatalf("OpenDirect on %s: %v", path, err)
-			}
+			f, _ := directMedium(t, size, tc.sector)
 			read := func(off int64, n int) []byte {
 				t.Helper()
 				p := alignedBuf(n)
