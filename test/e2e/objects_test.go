@@ -9,11 +9,12 @@ import (
 // The parts of Kubernetes objects the tests read from kubectl's JSON output.
 
 type objectMeta struct {
-	Name        string            `json:"name"`
-	Namespace   string            `json:"namespace"`
-	UID         string            `json:"uid"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
+	Name            string            `json:"name"`
+	Namespace       string            `json:"namespace"`
+	UID             string            `json:"uid"`
+	ResourceVersion string            `json:"resourceVersion"`
+	Labels          map[string]string `json:"labels"`
+	Annotations     map[string]string `json:"annotations"`
 }
 
 type condition struct {
@@ -101,8 +102,11 @@ type snapshotContent struct {
 type pv struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		Capacity map[string]string `json:"capacity"`
-		CSI      *struct {
+		Capacity         map[string]string `json:"capacity"`
+		StorageClassName string            `json:"storageClassName"`
+		ReclaimPolicy    string            `json:"persistentVolumeReclaimPolicy"`
+		AccessModes      []string          `json:"accessModes"`
+		CSI              *struct {
 			Driver       string `json:"driver"`
 			VolumeHandle string `json:"volumeHandle"`
 		} `json:"csi"`

@@ -22,43 +22,18 @@ const (
 	discoveryInterval = "1s"
 )
 
-// discoveredVolume is what the test reads of a discovered medium's PV.
-type discoveredVolume struct {
-	Metadata struct {
-		objectMeta
-		ResourceVersion string `json:"resourceVersion"`
-	} `json:"metadata"`
-	Spec struct {
-		Capacity         map[string]string `json:"capacity"`
-		StorageClassName string            `json:"storageClassName"`
-		ReclaimPolicy    string            `json:"persistentVolumeReclaimPolicy"`
-		AccessModes      []string          `json:"accessModes"`
-		CSI              *struct {
-			Driver       string `json:"driver"`
-			VolumeHandle string `json:"volumeHandle"`
-		} `json:"csi"`
-		ClaimRef *struct {
-			Name      string `json:"name"`
-			Namespace string `json:"namespace"`
-		} `json:"claimRef"`
-	} `json:"spec"`
-	Status struct {
-		Phase string `json:"phase"`
-	} `json:"status"`
-}
-
 // discoveredOf lists the discovered PVs of the stick with this serial (none, one, or, for a
 // moment, a released one and its successor).
-func (e *environment) discoveredOf(serial string) ([]discoveredVolume, error) {
-	var l list[discoveredVolume]
+func (e *environment) discoveredOf(serial string) ([]pv, error) {
+	var l list[pv]
 	err := e.getJSON(&l, "pv", "-l", "app.kubernetes.io/managed-by=csi-fat-discovery,"+driverName+"/serial="+serial)
 	return l.Items, err
 }
 
 // waitDiscovered waits for the one PV of the stick with this serial that cond accepts.
-func (e *environment) waitDiscovered(t *testing.T, ns, serial, what string, cond func(*discoveredVolume) error) discoveredVolume {
+func (e *environment) waitDiscovered(t *testing.T, ns, serial, what string, cond func(*pv) error) pv {
 	t.Helper()
-	var found discoveredVolume
+	var found pv
 	e.waitFor(t, ns, what, 2*time.Minute, func() (bool, error) {
 		pvs, err := e.discoveredOf(serial)
 		if err != nil {
@@ -136,7 +111,7 @@ func TestUSBDiscovery(t *testing.T) {
 		"usb.discovery.parameters.serial="+discoverySerials)
 
 	// Published, with its labels.
-	first := e.waitDiscovered(t, ns, "DISC0001", "the camera stick published", func(v *discoveredVolume) error {
+	first := e.waitDiscovered(t, ns, "DISC0001", "the camera stick published", func(v *pv) error {
 		if v.Status.Phase != "Available" {
 			return fmt.Errorf("PV %s is %s", v.Metadata.Name, v.Status.Phase)
 		}
@@ -184,7 +159,7 @@ func TestUSBDiscovery(t *testing.T) {
 	e.deletePod(t, ns, "camera")
 	e.waitUnstaged(t, ns, first.Spec.CSI.VolumeHandle, cam.Loop)
 	e.kubectlT(t, "delete", "pvc", "-n", ns, "camera", "--timeout=1m")
-	again := e.waitDiscovered(t, ns, "DISC0001", "the released camera stick published again", func(v *discoveredVolume) error {
+	again := e.waitDiscovered(t, ns, "DISC0001", "the released camera stick published again", func(v *pv) error {
 		if v.Metadata.UID == first.Metadata.UID || v.Status.Phase != "Available" {
 			return fmt.Errorf("PV %s (uid %s) is %s", v.Metadata.Name, v.Metadata.UID, v.Status.Phase)
 		}
@@ -203,7 +178,7 @@ func TestUSBDiscovery(t *testing.T) {
 		return len(pvs) == 0, err
 	})
 	e.usb.Replug(t, cam)
-	replugged := e.waitDiscovered(t, ns, "DISC0001", "the camera stick published once plugged in again", func(v *discoveredVolume) error {
+	replugged := e.waitDiscovered(t, ns, "DISC0001", "the camera stick published once plugged in again", func(v *pv) error {
 		if v.Metadata.UID == again.Metadata.UID || v.Status.Phase != "Available" {
 			return fmt.Errorf("PV %s (uid %s) is %s", v.Metadata.Name, v.Metadata.UID, v.Status.Phase)
 		}
@@ -220,7 +195,7 @@ func TestUSBDiscovery(t *testing.T) {
 	e.deletePod(t, ns, "kept")
 	e.waitUnstaged(t, ns, replugged.Spec.CSI.VolumeHandle, cam.Loop)
 	e.usb.Unplug(t, cam)
-	marked := e.waitDiscovered(t, ns, "DISC0001", "the bound PV of the pulled stick marked", func(v *discoveredVolume) error {
+	marked := e.waitDiscovered(t, ns, "DISC0001", "the bound PV of the pulled stick marked", func(v *pv) error {
 		if v.Metadata.Labels[driverName+"/present"] != "false" || v.Metadata.Annotations[driverName+"/gone-since"] == "" {
 			return fmt.Errorf("PV %s: labels %v, annotations %v", v.Metadata.Name, v.Metadata.Labels, v.Metadata.Annotations)
 		}
@@ -233,7 +208,7 @@ func TestUSBDiscovery(t *testing.T) {
 		t.Errorf("gone-since: %v", err)
 	}
 	e.usb.Replug(t, cam)
-	e.waitDiscovered(t, ns, "DISC0001", "the mark cleared once the stick is back", func(v *discoveredVolume) error {
+	e.waitDiscovered(t, ns, "DISC0001", "the mark cleared once the stick is back", func(v *pv) error {
 		if v.Metadata.Labels[driverName+"/present"] != "true" || v.Metadata.Annotations[driverName+"/gone-since"] != "" {
 			return fmt.Errorf("PV %s: labels %v, annotations %v", v.Metadata.Name, v.Metadata.Labels, v.Metadata.Annotations)
 		}
