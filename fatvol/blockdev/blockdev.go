@@ -94,9 +94,9 @@ type File struct {
 	spanMu           sync.Mutex
 	spanOff, spanLen int64
 
-	// direct writes large aligned extents with O_DIRECT (direct.go), when attached.
+	// direct reads and writes large aligned extents with O_DIRECT (direct.go), when attached.
 	directMu sync.Mutex
-	direct   *directWriter
+	direct   *directTwin
 }
 
 var _ Device = (*File)(nil)
