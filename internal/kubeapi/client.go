@@ -116,13 +116,6 @@ type PersistentVolumes struct {
 	params runtime.ParameterCodec
 }
 
-func (v *PersistentVolumes) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.PersistentVolume, error) {
-	out := &corev1.PersistentVolume{}
-	err := v.rc.Get().Resource("persistentvolumes").Name(name).
-		VersionedParams(&opts, v.params).Do(ctx).Into(out)
-	return out, err
-}
-
 func (v *PersistentVolumes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PersistentVolumeList, error) {
 	out := &corev1.PersistentVolumeList{}
 	err := v.rc.Get().Resource("persistentvolumes").
