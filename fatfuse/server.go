@@ -118,10 +118,9 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR},
 	}
 	srv, err := fs.Mount(dir, s.root, fo)
-	if err != nil && dir == mountpoint && strings.HasPrefix(err.Error(), "init: ") {
+	if err != nil && dir == mountpoint && wentBeforeServing(err) {
 		if _, merr := fuseMountDevice(mountpoint); merr != nil {
-			// The mount went before the server read the kernel's first request (go-fuse's
-			// INIT read fails with ENODEV): whoever unmounted it was quicker, nothing was served.
+			// Whoever unmounted it was quicker: nothing was served.
 			return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, ErrUnmountedBeforeServing)
 		}
 	}
@@ -133,6 +132,14 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 		log.Printf("fatfuse: %v; the kernel's read ahead stays at its default", err)
 	}
 	return s, nil
+}
+
+// wentBeforeServing tells whether fs.Mount failed the way it does when the mount it made is
+// unmounted at once: before the server read the kernel's first request (go-fuse's INIT read gets
+// ENODEV), or after it, before go-fuse's poll hack opened a file in the new mount (the open finds
+// the directory under it: ENOENT). The caller also checks that the mount is gone.
+func wentBeforeServing(err error) bool {
+	return strings.HasPrefix(err.Error(), "init: ") || errors.Is(err, syscall.ENOENT)
 }
 
 // ErrUnmountedBeforeServing: the mount was unmounted before its server could answer the kernel's

@@ -263,3 +263,44 @@ func TestMountCheckClearsDirtyBit(t *testing.T) {
 		t.Errorf("f.txt: %q", got)
 	}
 }
+
+// TestMountUnmountedAtOnce: a mount unmounted the moment it appears (before or just after its
+// server answered the kernel's INIT) ends `csi-fat mount` with status 0, as any unmount does,
+// and leaves the volume clean. The window is short, so it is tried many times.
+func TestMountUnmountedAtOnce(t *testing.T) {
+	mountTools(t)
+	bin := buildCsiFat(t)
+	img := mkfsImage(t, "8192")
+	for i := 0; i < 25; i++ {
+		dir := t.TempDir()
+		cmd := exec.Command(bin, "mount", img, dir)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		deadline := time.Now().Add(10 * time.Second)
+		for !isMounted(dir) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		// Detached at once, even while the server's first requests keep it busy.
+		if err := exec.Command("umount", "-l", dir).Run(); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("try %d: umount -l %s: %v", i, dir, err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("try %d: csi-fat mount unmounted at once: %v\n%s", i, err, out.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("try %d: csi-fat mount did not exit after its unmount\n%s", i, out.String())
+		}
+	}
+	if out, err := exec.Command("fsck.fat", "-n", img).CombinedOutput(); err != nil {
+		t.Fatalf("fsck.fat -n after the mounts: %v\n%s", err, out)
+	}
+}
