@@ -17,8 +17,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -193,7 +193,7 @@ func TestUSBRefusesHeldStick(t *testing.T) {
 	fake := usbtest.New(t)
 	stick := fake.Add(t, 32<<20, "Fake", "Held", "HELD0001")
 	td := startDriver(t, "", withUSB(fake))
-	vol, err := usbVolume(t, td, "stick", 1, map[string]string{node.ParamFATType: "16", node.ParamReclaim: node.ReclaimWipe})
+	vol, err := usbVolume(t, td, "stick", 1, map[string]string{volume.ParamFATType: "16", volume.ParamReclaim: volume.ReclaimWipe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestUSBRefusesHeldStick(t *testing.T) {
 	holder = fmt.Sprintf("is in use (open for writing by pid %d, csi-fat mount)", m.cmd.Process.Pid)
 	before = sha256Of(t, stick.Loop)
 	for _, adopt := range []string{"false", "true"} {
-		_, err = usbVolume(t, td, "again-"+adopt, 1, map[string]string{node.ParamAdopt: adopt})
+		_, err = usbVolume(t, td, "again-"+adopt, 1, map[string]string{volume.ParamAdopt: adopt})
 		if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), holder) {
 			t.Errorf("CreateVolume (adopt %s) with the only stick held: %v; want ResourceExhausted naming %q", adopt, err, holder)
 		}

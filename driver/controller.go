@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // controller is the CSI controller service. It runs on every node and provisions volumes on
@@ -59,7 +60,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if req.GetName() == "" {
 		return nil, invalid("volume name is missing")
 	}
-	if err := node.ValidateName(req.GetName()); err != nil {
+	if err := volume.ValidateName(req.GetName()); err != nil {
 		return nil, invalid("%v", err)
 	}
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
@@ -77,7 +78,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	params, err := node.ParseParams(req.GetParameters())
+	params, err := volume.ParseParams(req.GetParameters())
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -91,7 +92,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 				requisite, c.m.NodeID(), c.m.TopologyKey(), c.m.NodeID())
 		}
 	}
-	var rec node.VolumeRecord
+	var rec volume.Record
 	if source != nil {
 		rec, err = c.m.CreateVolumeFrom(ctx, req.GetName(), required, limit, params, *source)
 	} else {
@@ -136,7 +137,7 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
 	if len(req.GetParameters()) > 0 {
-		p, err := node.ParseParams(req.GetParameters())
+		p, err := volume.ParseParams(req.GetParameters())
 		if err != nil {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 		}
@@ -165,7 +166,7 @@ func (c *controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 	after := ""
 	if t := req.GetStartingToken(); t != "" {
 		name, ok := strings.CutPrefix(t, listTokenPrefix)
-		if !ok || node.ValidateName(name) != nil {
+		if !ok || volume.ValidateName(name) != nil {
 			return nil, status.Errorf(codes.Aborted, "starting token %q is not one ListVolumes gave; start again without one", t)
 		}
 		after = name
@@ -190,7 +191,7 @@ func (c *controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 // GetCapacity reports the largest volume that can still be made on this node with these
 // parameters; 0 for a topology that is not this node's or capabilities it cannot serve.
 func (c *controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	params, err := node.ParseParams(req.GetParameters())
+	params, err := volume.ParseParams(req.GetParameters())
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -202,7 +203,7 @@ func (c *controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 			return &csi.GetCapacityResponse{}, nil
 		}
 	}
-	if params.Pool == node.PoolUSB && !c.m.USBEnabled() {
+	if params.Pool == volume.PoolUSB && !c.m.USBEnabled() {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	avail, err := c.m.Capacity(params)

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -170,7 +170,7 @@ func fillVolume(t *testing.T, td *testDriver, id, dir string) {
 
 func createVolume(t *testing.T, td *testDriver, name string, params map[string]string) string {
 	t.Helper()
-	p := map[string]string{node.ParamFATType: "16"}
+	p := map[string]string{volume.ParamFATType: "16"}
 	for k, v := range params {
 		p[k] = v
 	}
@@ -215,7 +215,7 @@ func TestStagingRepairsAfterKill(t *testing.T) {
 	ctx := context.Background()
 	c := startChild(t, dir)
 	vol, err := c.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "killed", VolumeCapabilities: []*csi.VolumeCapability{rw},
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20}, Parameters: map[string]string{node.ParamFATType: "16"}})
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20}, Parameters: map[string]string{volume.ParamFATType: "16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,9 +283,9 @@ func TestStagingCrossLinkedVolume(t *testing.T) {
 		wantFail bool
 	}{
 		{policy: "", crossed: true},
-		{policy: node.OnDamageRepair, crossed: true},
-		{policy: node.OnDamageFail, crossed: true, wantFail: true},
-		{policy: node.OnDamageReadOnly, crossed: false},
+		{policy: volume.OnDamageRepair, crossed: true},
+		{policy: volume.OnDamageFail, crossed: true, wantFail: true},
+		{policy: volume.OnDamageReadOnly, crossed: false},
 	} {
 		name := "policy-" + tc.policy
 		if tc.policy == "" {
@@ -294,7 +294,7 @@ func TestStagingCrossLinkedVolume(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var params map[string]string
 			if tc.policy != "" {
-				params = map[string]string{node.ParamOnDamage: tc.policy}
+				params = map[string]string{volume.ParamOnDamage: tc.policy}
 			}
 			id := createVolume(t, td, name, params)
 			dir := t.TempDir()
@@ -360,7 +360,7 @@ func TestStagingUSBVolume(t *testing.T) {
 	stick := fake.Add(t, 32<<20, "Fake", "Damaged", "DAMAGE01")
 	td := startDriver(t, "", withUSB(fake))
 	ctx := context.Background()
-	vol, err := usbVolume(t, td, "stick", 1, map[string]string{node.ParamFATType: "16", node.ParamOnDamage: node.OnDamageFail})
+	vol, err := usbVolume(t, td, "stick", 1, map[string]string{volume.ParamFATType: "16", volume.ParamOnDamage: volume.OnDamageFail})
 	if err != nil {
 		t.Fatal(err)
 	}

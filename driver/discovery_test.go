@@ -16,6 +16,7 @@ import (
 	"github.com/csi-fat/csi-fat/internal/testenv"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // mediumOf finds a stick in the pool's status by its serial.
@@ -58,7 +59,7 @@ func TestDiscoveredVolumes(t *testing.T) {
 	td := startDriver(t, "", withUSB(fake))
 	ctx := context.Background()
 	cfg := &node.DiscoveryConfig{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second,
-		Parameters: map[string]string{node.ParamMode: node.ModeFlush, node.ParamLabel: "fresh", node.ParamLayout: "mbr"}}
+		Parameters: map[string]string{volume.ParamMode: volume.ModeFlush, volume.ParamLabel: "fresh", volume.ParamLayout: "mbr"}}
 	if err := cfg.Prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestDiscoveredVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if label != "CAM01" || rec.Device != m.ID || rec.Size != cam.Size || !rec.Params.Adopt || rec.Params.Reclaim != node.ReclaimKeep || rec.Params.Mode != node.ModeFlush {
+	if label != "CAM01" || rec.Device != m.ID || rec.Size != cam.Size || !rec.Params.Adopt || rec.Params.Reclaim != volume.ReclaimKeep || rec.Params.Mode != volume.ModeFlush {
 		t.Fatalf("discovered volume %+v, label %q; want the camera stick adopted, kept on release, mode flush, label CAM01", rec, label)
 	}
 	if !strings.HasPrefix(rec.Name, "fat-"+testNode+"-") {

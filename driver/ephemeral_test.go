@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // inlineID is a volume ID as kubelet makes it for an inline volume: "csi-" and a hash.
@@ -257,7 +258,7 @@ func TestEphemeralRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.end(t, syscall.SIGKILL)
-	statePath := filepath.Join(dir, "state", node.StateFile)
+	statePath := filepath.Join(dir, "state", volume.StateFile)
 	raw, err := os.ReadFile(statePath)
 	if err != nil {
 		t.Fatal(err)

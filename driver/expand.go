@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
 	"github.com/csi-fat/csi-fat/node"
 )
 

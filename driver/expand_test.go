@@ -21,6 +21,7 @@ import (
 	"github.com/csi-fat/csi-fat/internal/testenv"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // expandCapabilities: the controller claims EXPAND_VOLUME, the node EXPAND_VOLUME, the plugin
@@ -71,7 +72,7 @@ func TestExpandWhileWriting(t *testing.T) {
 			td := startDriver(t, "", func(c *Config) { c.Node.Mounter.Mode = mode })
 			ctx := context.Background()
 			vol, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "growing", VolumeCapabilities: []*csi.VolumeCapability{rw},
-				CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, Parameters: map[string]string{node.ParamMaxSize: "1Gi"}})
+				CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, Parameters: map[string]string{volume.ParamMaxSize: "1Gi"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,10 +229,10 @@ func TestExpandRefusals(t *testing.T) {
 			t.Errorf("%s: the image changed", what)
 		}
 	}
-	refused("past maxSize", "capped", create("capped", 64<<20, map[string]string{node.ParamMaxSize: "128Mi"}), 256<<20, codes.OutOfRange)
+	refused("past maxSize", "capped", create("capped", 64<<20, map[string]string{volume.ParamMaxSize: "128Mi"}), 256<<20, codes.OutOfRange)
 	refused("past the default room", "plain", create("plain", 64<<20, nil), 1<<30, codes.OutOfRange)
-	refused("past FAT12's limit", "tiny", create("tiny", 4<<20, map[string]string{node.ParamFATType: "12"}), 16<<20, codes.OutOfRange)
-	refused("beyond the pool's capacity", "big", create("big", 1<<30, map[string]string{node.ParamMaxSize: "16Gi"}), 16<<30, codes.ResourceExhausted)
+	refused("past FAT12's limit", "tiny", create("tiny", 4<<20, map[string]string{volume.ParamFATType: "12"}), 16<<20, codes.OutOfRange)
+	refused("beyond the pool's capacity", "big", create("big", 1<<30, map[string]string{volume.ParamMaxSize: "16Gi"}), 16<<30, codes.ResourceExhausted)
 
 	// Within the room it grows, and shrinking is not growing: the larger size stays.
 	plain := create("plain", 64<<20, nil)
@@ -251,8 +252,8 @@ func TestExpandRefusals(t *testing.T) {
 		want codes.Code
 	}{
 		{"empty ID", "", codes.InvalidArgument},
-		{"no such volume", node.VolumeID{Pool: node.PoolImage, Node: testNode, Name: "nothing"}.String(), codes.NotFound},
-		{"another node's volume", node.VolumeID{Pool: node.PoolImage, Node: "node-b", Name: "plain"}.String(), codes.NotFound},
+		{"no such volume", volume.ID{Pool: volume.PoolImage, Node: testNode, Name: "nothing"}.String(), codes.NotFound},
+		{"another node's volume", volume.ID{Pool: volume.PoolImage, Node: "node-b", Name: "plain"}.String(), codes.NotFound},
 		{"an ID not of the driver's form", "fake-vol-id-1", codes.NotFound},
 	} {
 		_, err := td.ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: c.id, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
@@ -294,7 +295,7 @@ func TestExpandUSB(t *testing.T) {
 	stick := fake.Add(t, 32<<20, "Fake", "Stick", "EXPAND0001")
 	td := startDriver(t, "", withUSB(fake))
 	ctx := context.Background()
-	vol, err := usbVolume(t, td, "stick", 16<<20, map[string]string{node.ParamPool: node.PoolUSB})
+	vol, err := usbVolume(t, td, "stick", 16<<20, map[string]string{volume.ParamPool: volume.PoolUSB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,13 +334,13 @@ func fileSize(t *testing.T, path string) int64 {
 }
 
 // readState reads the driver's node-local state file.
-func readState(t *testing.T, td *testDriver) *node.State {
+func readState(t *testing.T, td *testDriver) *volume.State {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(td.dir, "state", node.StateFile))
+	data, err := os.ReadFile(filepath.Join(td.dir, "state", volume.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st node.State
+	var st volume.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func TestExpandAcrossRestart(t *testing.T) {
 			ctx := context.Background()
 			c := startChild(t, dir, withMode)
 			vol, err := c.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "kept", VolumeCapabilities: []*csi.VolumeCapability{rw},
-				CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, Parameters: map[string]string{node.ParamMaxSize: "256Mi"}})
+				CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, Parameters: map[string]string{volume.ParamMaxSize: "256Mi"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,11 +407,11 @@ func TestExpandAcrossRestart(t *testing.T) {
 			if got := statfsBytes(t, staging); got != grown {
 				t.Errorf("statfs at the staging path after the restart: %d bytes, want %d", got, grown)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, "state", node.StateFile))
+			data, err := os.ReadFile(filepath.Join(dir, "state", volume.StateFile))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var st node.State
+			var st volume.State
 			if err := json.Unmarshal(data, &st); err != nil {
 				t.Fatal(err)
 			}

@@ -14,8 +14,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // treeDigest describes every file and directory under dir by path, mode, size, time and (for
@@ -345,7 +345,7 @@ func TestHostileUSBRequests(t *testing.T) {
 	before := digest()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := map[string]string{node.ParamPool: node.PoolUSB}
+			p := map[string]string{volume.ParamPool: volume.PoolUSB}
 			for k, v := range tt.params {
 				p[k] = v
 			}

@@ -11,8 +11,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // TestMediaByPathAndByID: the byPath and byId parameters choose a stick by the port it is
@@ -30,32 +30,32 @@ func TestMediaByPathAndByID(t *testing.T) {
 		params map[string]string
 		want   int64
 	}{
-		{map[string]string{node.ParamPool: node.PoolMedia, node.ParamByPath: "*-usb-0:2:*"}, second.Size},
-		{map[string]string{node.ParamPool: node.PoolMedia, node.ParamByID: "usb-Fake_Port_PORT0003-*"}, third.Size},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamByPath: "*-usb-0:9:*"}, 0},
+		{map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamByPath: "*-usb-0:2:*"}, second.Size},
+		{map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamByID: "usb-Fake_Port_PORT0003-*"}, third.Size},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamByPath: "*-usb-0:9:*"}, 0},
 	} {
 		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: c.params})
 		if err != nil || resp.GetAvailableCapacity() != c.want {
 			t.Errorf("GetCapacity(%v) = %v, %v; want %d", c.params, resp, err, c.want)
 		}
 	}
-	vol, err := usbVolume(t, td, "port2", 1, map[string]string{node.ParamPool: node.PoolMedia, node.ParamByPath: "*-usb-0:2:*"})
+	vol, err := usbVolume(t, td, "port2", 1, map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamByPath: "*-usb-0:2:*"})
 	if err != nil || vol.GetCapacityBytes() != second.Size {
 		t.Fatalf("byPath=*-usb-0:2:*: %v, %v; want the stick in port 2", vol, err)
 	}
-	if id := vol.GetVolumeId(); !strings.HasPrefix(id, node.PoolUSB+":") {
+	if id := vol.GetVolumeId(); !strings.HasPrefix(id, volume.PoolUSB+":") {
 		t.Errorf("pool=media made volume ID %q, want the pool's name in IDs, usb", id)
 	}
 	// The same request with pool=usb is the same volume.
-	again, err := usbVolume(t, td, "port2", 1, map[string]string{node.ParamByPath: "*-usb-0:2:*"})
+	again, err := usbVolume(t, td, "port2", 1, map[string]string{volume.ParamByPath: "*-usb-0:2:*"})
 	if err != nil || again.GetVolumeId() != vol.GetVolumeId() {
 		t.Errorf("pool=usb for pool=media's volume: %v, %v; want the same volume", again, err)
 	}
-	vol, err = usbVolume(t, td, "id3", 1, map[string]string{node.ParamByID: "usb-*_PORT0003-0:0"})
+	vol, err = usbVolume(t, td, "id3", 1, map[string]string{volume.ParamByID: "usb-*_PORT0003-0:0"})
 	if err != nil || vol.GetCapacityBytes() != third.Size {
 		t.Fatalf("byId=usb-*_PORT0003-0:0: %v, %v; want PORT0003's stick", vol, err)
 	}
-	_, err = usbVolume(t, td, "none", 1, map[string]string{node.ParamByPath: "*-usb-0:3:*"})
+	_, err = usbVolume(t, td, "none", 1, map[string]string{volume.ParamByPath: "*-usb-0:3:*"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `no by-path name (pci-0000:00:14.0-usb-0:1:1.0-scsi-0:0:0:0) matches byPath="*-usb-0:3:*"`) {
 		t.Fatalf("byPath of a claimed stick's port: %v, want ResourceExhausted naming the free stick's port", err)
 	}
@@ -70,7 +70,7 @@ func TestMediaInclude(t *testing.T) {
 	disk := fake.AddDisk(t, 64<<20, "Bay_Disk", "BAY0001")
 	capacity := func(td *testDriver) int64 {
 		t.Helper()
-		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolMedia}})
+		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolMedia}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestMediaInclude(t *testing.T) {
 		}
 	}
 	td := startDriver(t, "", all(withUSB(fake), func(c *Config) { c.Node.USB.IncludeByPath = []string{disk.ByPath} }))
-	vol, err := usbVolume(t, td, "bay", 1, map[string]string{node.ParamPool: node.PoolMedia, node.ParamLabel: "BAY"})
+	vol, err := usbVolume(t, td, "bay", 1, map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamLabel: "BAY"})
 	if err != nil || vol.GetCapacityBytes() != disk.Size {
 		t.Fatalf("claiming the included disk: %v, %v", vol, err)
 	}
@@ -105,7 +105,7 @@ func TestMediaInclude(t *testing.T) {
 	if got := run(t, "mlabel", "-s", "-i", disk.Loop, "::"); !strings.Contains(got, "BAY") {
 		t.Errorf("mlabel -s on the disk: %q, want BAY", got)
 	}
-	state, err := os.ReadFile(filepath.Join(td.dir, "state", node.StateFile))
+	state, err := os.ReadFile(filepath.Join(td.dir, "state", volume.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -75,7 +76,7 @@ func TestMediaStatus(t *testing.T) {
 		c.MetricsAddress = "127.0.0.1:0"
 		c.Node.USB.DenySerials = []string{"STATUS05"}
 	}))
-	vol, err := usbVolume(t, td, "first", 1, map[string]string{node.ParamSerial: "STATUS01"})
+	vol, err := usbVolume(t, td, "first", 1, map[string]string{volume.ParamSerial: "STATUS01"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,19 +24,20 @@ import (
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // withMounters serves volumes in mounter processes (the test binary stands in for csi-fat).
 func withMounters(c *Config) { c.Node.Mounter.Mode = node.MounterProcess }
 
 // stagedMounter reads the mounter record of a staged volume from the node state in dir.
-func stagedMounter(t *testing.T, dir, name string) *node.MounterRecord {
+func stagedMounter(t *testing.T, dir, name string) *volume.MounterRecord {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "state", node.StateFile))
+	data, err := os.ReadFile(filepath.Join(dir, "state", volume.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st node.State
+	var st volume.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -419,17 +420,17 @@ func TestOrphanMounterRemoved(t *testing.T) {
 	t.Cleanup(func() { syscall.Kill(mr.PID, syscall.SIGKILL) })
 	c.end(t, syscall.SIGKILL)
 	// Forget the staging, as a crash before the record was written would have.
-	path := filepath.Join(dir, "state", node.StateFile)
+	path := filepath.Join(dir, "state", volume.StateFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st node.State
+	var st volume.State
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}
 	delete(st.Staged, "orphan")
-	st.Published = map[string]*node.PublishRecord{}
+	st.Published = map[string]*volume.PublishRecord{}
 	data, _ = json.Marshal(&st)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -8,11 +8,10 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/volume"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/csi-fat/csi-fat/node"
 )
 
 var (
@@ -137,8 +136,8 @@ func TestBadVolumeIDs(t *testing.T) {
 		{"image:node-a:../../etc", codes.NotFound, codes.OK},
 		{"image:node-a:a/b", codes.NotFound, codes.OK},
 		{"image:node-a:a\x00b", codes.NotFound, codes.OK},
-		{"image:node-a:" + strings.Repeat("x", node.MaxNameLength+1), codes.NotFound, codes.OK},
-		{strings.Repeat("y", node.MaxVolumeIDLength+1), codes.NotFound, codes.OK},
+		{"image:node-a:" + strings.Repeat("x", volume.MaxNameLength+1), codes.NotFound, codes.OK},
+		{strings.Repeat("y", volume.MaxVolumeIDLength+1), codes.NotFound, codes.OK},
 		{"image:../node:v", codes.NotFound, codes.OK},
 		{"tape:node-a:v", codes.NotFound, codes.OK},
 		{"image:node-a", codes.NotFound, codes.OK},

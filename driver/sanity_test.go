@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // idGen makes volume IDs of this driver's form that name no volume, so that sanity's
@@ -26,10 +26,10 @@ import (
 type idGen struct{ n atomic.Int64 }
 
 func (g *idGen) GenerateUniqueValidVolumeID() string {
-	return node.VolumeID{Pool: node.PoolImage, Node: testNode, Name: fmt.Sprintf("no-such-volume-%d", g.n.Add(1))}.String()
+	return volume.ID{Pool: volume.PoolImage, Node: testNode, Name: fmt.Sprintf("no-such-volume-%d", g.n.Add(1))}.String()
 }
 func (g *idGen) GenerateInvalidVolumeID() string {
-	return node.PoolImage + ":" + testNode + ":../no-such-volume"
+	return volume.PoolImage + ":" + testNode + ":../no-such-volume"
 }
 func (g *idGen) GenerateUniqueValidNodeID() string { return fmt.Sprintf("node-%d", g.n.Add(1)) }
 func (g *idGen) GenerateInvalidNodeID() string     { return "no-such-node" }
@@ -82,10 +82,10 @@ func (s slowHandshake) Clone() credentials.TransportCredentials {
 // does not claim.
 func TestSanity(t *testing.T) {
 	requireFUSE(t)
-	imageParams := map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush}
+	imageParams := map[string]string{volume.ParamPool: volume.PoolImage, volume.ParamMode: volume.ModeFlush}
 	// Expansion: with realistic IDs within the default room (FAT16 of 2 KiB clusters: up to
 	// 128 MiB), with csi-sanity's IDs to the StorageClass's maxSize, 16 times the size.
-	growable := map[string]string{node.ParamPool: node.PoolImage, node.ParamMode: node.ModeFlush, node.ParamMaxSize: "1Gi"}
+	growable := map[string]string{volume.ParamPool: volume.PoolImage, volume.ParamMode: volume.ModeFlush, volume.ParamMaxSize: "1Gi"}
 	for _, realistic := range []bool{true, false} {
 		params, expandTo := imageParams, int64(96<<20)
 		if !realistic {
@@ -99,7 +99,7 @@ func TestSanity(t *testing.T) {
 	if why := usbtest.Available(); why != "" {
 		t.Errorf("the usb pool's sanity run cannot run: %s", why)
 	} else {
-		usbParams := map[string]string{node.ParamPool: node.PoolUSB, node.ParamReclaim: node.ReclaimWipe}
+		usbParams := map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamReclaim: volume.ReclaimWipe}
 		for _, realistic := range []bool{true, false} {
 			fake := usbtest.New(t)
 			for i := 0; i < 8; i++ {

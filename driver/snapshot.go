@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // CreateSnapshot takes a point-in-time copy of a volume of this node into its image pool; a
@@ -32,7 +33,7 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap)}, nil
 }
 
-func snapshotOf(s node.SnapshotRecord) *csi.Snapshot {
+func snapshotOf(s volume.SnapshotRecord) *csi.Snapshot {
 	return &csi.Snapshot{
 		SnapshotId:     s.ID,
 		SourceVolumeId: s.Source,
@@ -62,7 +63,7 @@ func (c *controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 	after := ""
 	if t := req.GetStartingToken(); t != "" {
 		name, ok := strings.CutPrefix(t, listTokenPrefix)
-		if !ok || node.ValidateName(name) != nil {
+		if !ok || volume.ValidateName(name) != nil {
 			return nil, status.Errorf(codes.Aborted, "starting token %q is not one ListSnapshots gave; start again without one", t)
 		}
 		after = name
@@ -101,11 +102,11 @@ func contentSource(req *csi.CreateVolumeRequest) (*node.ContentSource, error) {
 
 // sourceOf is the content source a volume was made from, as CreateVolume and ListVolumes answer
 // it; nil for a fresh volume.
-func sourceOf(rec node.VolumeRecord) *csi.VolumeContentSource {
+func sourceOf(rec volume.Record) *csi.VolumeContentSource {
 	switch {
 	case rec.Source == "":
 		return nil
-	case strings.HasPrefix(rec.Source, node.SnapshotPool+":"):
+	case strings.HasPrefix(rec.Source, volume.SnapshotPool+":"):
 		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: rec.Source}}}
 	default:
 		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: rec.Source}}}

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 func requireSnapshotTools(t *testing.T) {
@@ -150,7 +150,7 @@ func TestSnapshotInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	afterSnap, _ := w.records()
-	clone, err := createFrom(td, "clone-1", fromVolume(src), 0, map[string]string{node.ParamFATType: "16"})
+	clone, err := createFrom(td, "clone-1", fromVolume(src), 0, map[string]string{volume.ParamFATType: "16"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestListAndDeleteSnapshots(t *testing.T) {
 // node-local state.
 func poolState(t *testing.T, td *testDriver) string {
 	t.Helper()
-	state, err := os.ReadFile(filepath.Join(td.dir, "state", node.StateFile))
+	state, err := os.ReadFile(filepath.Join(td.dir, "state", volume.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestBadSnapshotRequests(t *testing.T) {
 		{"new", &csi.VolumeContentSource{}, 0, 0, nil, codes.InvalidArgument},
 		{"new", fromSnapshot(snapID), 0, 16 << 20, nil, codes.OutOfRange},
 		{"new", fromVolume(b), 0, 16 << 20, nil, codes.OutOfRange},
-		{"new", fromSnapshot(snapID), 0, 0, map[string]string{node.ParamPool: node.PoolUSB}, codes.InvalidArgument},
+		{"new", fromSnapshot(snapID), 0, 0, map[string]string{volume.ParamPool: volume.PoolUSB}, codes.InvalidArgument},
 		{"new", fromVolume(b), 0, 0, map[string]string{"no-such-param": "1"}, codes.InvalidArgument},
 		{"restored", fromVolume(b), 0, 0, nil, codes.AlreadyExists},
 		{"restored", nil, 0, 0, nil, codes.AlreadyExists},
@@ -504,12 +504,12 @@ func TestSnapshotPoolFull(t *testing.T) {
 		t.Fatalf("a snapshot with room for it: %v", err)
 	}
 	// Promise all but 8 MiB of what is left to a new volume: less than any copy needs.
-	capResp, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamFATType: "16"}})
+	capResp, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamFATType: "16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "filler", VolumeCapabilities: []*csi.VolumeCapability{rw},
-		CapacityRange: &csi.CapacityRange{RequiredBytes: capResp.GetAvailableCapacity() - 8<<20}, Parameters: map[string]string{node.ParamFATType: "16"}}); err != nil {
+		CapacityRange: &csi.CapacityRange{RequiredBytes: capResp.GetAvailableCapacity() - 8<<20}, Parameters: map[string]string{volume.ParamFATType: "16"}}); err != nil {
 		t.Fatal(err)
 	}
 	before := poolState(t, td)
@@ -558,7 +558,7 @@ func TestSnapshotUSB(t *testing.T) {
 		t.Fatal(err)
 	}
 	afterSnap, _ := w.records()
-	if _, err := createFrom(td, "stick-clone", fromVolume(src), 0, map[string]string{node.ParamPool: node.PoolImage}); err != nil {
+	if _, err := createFrom(td, "stick-clone", fromVolume(src), 0, map[string]string{volume.ParamPool: volume.PoolImage}); err != nil {
 		t.Fatal(err)
 	}
 	afterClone, _ := w.records()
@@ -578,7 +578,7 @@ func TestSnapshotUSB(t *testing.T) {
 	checkCopyImage(t, filepath.Join(td.dir, "pool", "stick-clone.img"), data, afterSnap, afterClone+1)
 
 	// Into the image pool.
-	iv, err := createFrom(td, "image-from-stick", fromSnapshot(s.GetSnapshotId()), 0, map[string]string{node.ParamPool: node.PoolImage})
+	iv, err := createFrom(td, "image-from-stick", fromSnapshot(s.GetSnapshotId()), 0, map[string]string{volume.ParamPool: volume.PoolImage})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,8 +596,8 @@ func TestSnapshotUSB(t *testing.T) {
 
 	// Refusals touch no stick.
 	smallBefore, targetBefore := stickDigest(t, small.Loop), stickDigest(t, target.Loop)
-	usb := map[string]string{node.ParamPool: node.PoolUSB}
-	if _, err := createFrom(td, "adopting", fromSnapshot(s.GetSnapshotId()), 0, map[string]string{node.ParamPool: node.PoolUSB, node.ParamAdopt: "true"}); code(err) != codes.InvalidArgument {
+	usb := map[string]string{volume.ParamPool: volume.PoolUSB}
+	if _, err := createFrom(td, "adopting", fromSnapshot(s.GetSnapshotId()), 0, map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamAdopt: "true"}); code(err) != codes.InvalidArgument {
 		t.Errorf("a restore that adopts = %v, want InvalidArgument", err)
 	}
 	if _, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-small", VolumeCapabilities: []*csi.VolumeCapability{rw}, Parameters: usb,
@@ -716,7 +716,7 @@ func TestSnapshotsAcrossRestart(t *testing.T) {
 	td.shutdown(t)
 
 	// A crash in the middle of taking another one.
-	statePath := filepath.Join(td.dir, "state", node.StateFile)
+	statePath := filepath.Join(td.dir, "state", volume.StateFile)
 	state, err := os.ReadFile(statePath)
 	if err != nil {
 		t.Fatal(err)

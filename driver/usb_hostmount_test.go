@@ -11,8 +11,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -62,7 +62,7 @@ func TestUSBHostMountTable(t *testing.T) {
 	hostTable := mountElsewhere(t, stick.Loop)
 	capacity := func(td *testDriver) int64 {
 		t.Helper()
-		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB, node.ParamWipe: "true"}})
+		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestUSBHostMountTable(t *testing.T) {
 	if c := capacity(td); c != 0 {
 		t.Errorf("with the host's mount table GetCapacity is %d, want 0: the stick is mounted", c)
 	}
-	_, err := usbVolume(t, td, "mounted", 1, map[string]string{node.ParamWipe: "true"})
+	_, err := usbVolume(t, td, "mounted", 1, map[string]string{volume.ParamWipe: "true"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "mounted by the host") {
 		t.Fatalf("claim of a stick the host has mounted: %v, want ResourceExhausted naming the mount", err)
 	}

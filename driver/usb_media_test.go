@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -80,7 +80,7 @@ func testUSBAdoptPartitioned(t *testing.T, mode func(*Config)) {
 	before := hashOutsideFAT(t, stick.Loop)
 
 	td := startDriver(t, "", all(withUSB(fake), mode))
-	vol, err := usbVolume(t, td, "card", 1, map[string]string{node.ParamAdopt: "true"})
+	vol, err := usbVolume(t, td, "card", 1, map[string]string{volume.ParamAdopt: "true"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestUSBFormatMBR(t *testing.T) {
 	fake := usbtest.New(t)
 	stick := fake.Add(t, partStickSize, "Fake", "Stick", "MBR0001")
 	td := startDriver(t, "", all(withUSB(fake)))
-	vol, err := usbVolume(t, td, "mbr", 1, map[string]string{node.ParamLayout: node.LayoutMBR, node.ParamReclaim: node.ReclaimWipe})
+	vol, err := usbVolume(t, td, "mbr", 1, map[string]string{volume.ParamLayout: volume.LayoutMBR, volume.ParamReclaim: volume.ReclaimWipe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,9 +200,9 @@ func TestUSBForeignNotFormatted(t *testing.T) {
 		params map[string]string
 		want   int64
 	}{
-		{map[string]string{node.ParamPool: node.PoolUSB}, 0},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamAdopt: "true"}, 0},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamWipe: "true"}, ext4.Size},
+		{map[string]string{volume.ParamPool: volume.PoolUSB}, 0},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamAdopt: "true"}, 0},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true"}, ext4.Size},
 	} {
 		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: c.params})
 		if err != nil || resp.GetAvailableCapacity() != c.want {
@@ -219,7 +219,7 @@ func TestUSBForeignNotFormatted(t *testing.T) {
 			t.Fatalf("%s changed", s.Loop)
 		}
 	}
-	vol, err := usbVolume(t, td, "wiped", 1, map[string]string{node.ParamWipe: "true"})
+	vol, err := usbVolume(t, td, "wiped", 1, map[string]string{volume.ParamWipe: "true"})
 	if err != nil || vol.GetCapacityBytes() != exfat.Size {
 		t.Fatalf("wipe=true: %v, %v; want the smaller (exFAT) stick", vol, err)
 	}
@@ -333,29 +333,29 @@ func testUSBSelect(t *testing.T, mode func(*Config)) {
 		params map[string]string
 		want   int64
 	}{
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamModel: "Camera"}, cam2.Size},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamSerial: "LOG0001"}, 56 << 20},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamVendor: "SanDisk"}, 0},
-		{map[string]string{node.ParamPool: node.PoolUSB, node.ParamAdopt: "true"}, cam2.Size},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamModel: "Camera"}, cam2.Size},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamSerial: "LOG0001"}, 56 << 20},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamVendor: "SanDisk"}, 0},
+		{map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamAdopt: "true"}, cam2.Size},
 	} {
 		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: c.params})
 		if err != nil || resp.GetAvailableCapacity() != c.want {
 			t.Errorf("GetCapacity(%v) = %v, %v; want %d", c.params, resp, err, c.want)
 		}
 	}
-	vol, err := usbVolume(t, td, "cam", 1, map[string]string{node.ParamAdopt: "true", node.ParamFSLabel: "CAM02"})
+	vol, err := usbVolume(t, td, "cam", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamFSLabel: "CAM02"})
 	if err != nil || vol.GetCapacityBytes() != cam2.Size {
 		t.Fatalf("fsLabel=CAM02: %v, %v; want the CAM02 stick", vol, err)
 	}
-	_, err = usbVolume(t, td, "cam-none", 1, map[string]string{node.ParamAdopt: "true", node.ParamFSLabel: "CAM09"})
+	_, err = usbVolume(t, td, "cam-none", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamFSLabel: "CAM09"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `file system label "CAM01" does not match fsLabel="CAM09"`) {
 		t.Fatalf("fsLabel=CAM09: %v", err)
 	}
-	vol, err = usbVolume(t, td, "log", 1, map[string]string{node.ParamModel: "Log*", node.ParamSerial: "*2"})
+	vol, err = usbVolume(t, td, "log", 1, map[string]string{volume.ParamModel: "Log*", volume.ParamSerial: "*2"})
 	if err != nil || vol.GetCapacityBytes() != 64<<20 {
 		t.Fatalf("model=Log* serial=*2: %v, %v; want LOG0002's stick", vol, err)
 	}
-	_, err = usbVolume(t, td, "none", 1, map[string]string{node.ParamVendor: "SanDisk"})
+	_, err = usbVolume(t, td, "none", 1, map[string]string{volume.ParamVendor: "SanDisk"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `vendor "Fake" does not match vendor="SanDisk"`) {
 		t.Fatalf("vendor=SanDisk: %v", err)
 	}
@@ -375,7 +375,7 @@ func testUSBHotPlugCapacity(t *testing.T, mode func(*Config)) {
 	td := startDriver(t, "", all(withUSB(fake), mode))
 	capacity := func() int64 {
 		t.Helper()
-		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
+		resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolUSB}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,7 +431,7 @@ func TestSDCard(t *testing.T) {
 	run(t, "mcopy", "-i", on, photo, "::/PHOTO.JPG")
 
 	td := startDriver(t, "", all(withUSB(fake)))
-	vol, err := usbVolume(t, td, "sd", 1, map[string]string{node.ParamAdopt: "true", node.ParamModel: "SD64G", node.ParamFSLabel: "DCIM"})
+	vol, err := usbVolume(t, td, "sd", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamModel: "SD64G", volume.ParamFSLabel: "DCIM"})
 	if err != nil || vol.GetCapacityBytes() != card.Size-4<<20 {
 		// The volume is the partition, from 4 MiB to the end.
 		t.Fatalf("adopting the SD card: %v, %v; want its partition's %d bytes", vol, err, card.Size-4<<20)
@@ -442,7 +442,7 @@ func TestSDCard(t *testing.T) {
 		t.Fatalf("PHOTO.JPG reads %q, %v", got, err)
 	}
 	unpublishAndUnstage(t, td, vol.GetVolumeId(), dir)
-	state, err := os.ReadFile(filepath.Join(td.dir, "state", node.StateFile))
+	state, err := os.ReadFile(filepath.Join(td.dir, "state", volume.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}

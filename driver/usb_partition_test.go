@@ -19,6 +19,7 @@ import (
 	"github.com/csi-fat/csi-fat/internal/testenv"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // One volume per FAT partition of a stick.
@@ -111,18 +112,18 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 
 	td := startDriver(t, "", all(withUSB(fake), mode, func(c *Config) { c.MetricsAddress = "127.0.0.1:0" }))
 	ctx := context.Background()
-	adopt := map[string]string{node.ParamPool: node.PoolMedia, node.ParamAdopt: "true"}
+	adopt := map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamAdopt: "true"}
 	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: adopt}); err != nil || c.GetAvailableCapacity() != two.size {
 		t.Fatalf("GetCapacity(adopt) = %v, %v; want the larger partition's %d bytes", c, err, two.size)
 	}
-	a, err := usbVolume(t, td, "a", 1, map[string]string{node.ParamAdopt: "true", node.ParamReclaim: node.ReclaimWipe})
+	a, err := usbVolume(t, td, "a", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamReclaim: volume.ReclaimWipe})
 	if err != nil || a.GetCapacityBytes() != one.size {
 		t.Fatalf("first volume: %v, %v; want partition 1's %d bytes", a, err, one.size)
 	}
 	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: adopt}); err != nil || c.GetAvailableCapacity() != two.size {
 		t.Fatalf("GetCapacity(adopt) after one claim = %v, %v; want %d", c, err, two.size)
 	}
-	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolMedia, node.ParamWipe: "true"}}); err != nil || c.GetAvailableCapacity() != 0 {
+	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamWipe: "true"}}); err != nil || c.GetAvailableCapacity() != 0 {
 		t.Fatalf("GetCapacity(format) with a partition claimed = %v, %v; want 0: the stick is not formatted while partly claimed", c, err)
 	}
 	dirA, dirB := t.TempDir(), t.TempDir()
@@ -136,14 +137,14 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 	}
 	// While a is staged (the stick held O_EXCL), the other partition is checked and adopted beside
 	// it.
-	b, err := usbVolume(t, td, "b", 1, map[string]string{node.ParamAdopt: "true"})
+	b, err := usbVolume(t, td, "b", 1, map[string]string{volume.ParamAdopt: "true"})
 	if err != nil || b.GetCapacityBytes() != two.size {
 		t.Fatalf("second volume: %v, %v; want partition 3's %d bytes", b, err, two.size)
 	}
-	if _, err := usbVolume(t, td, "c", 1, map[string]string{node.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "claimed by volume") {
+	if _, err := usbVolume(t, td, "c", 1, map[string]string{volume.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "claimed by volume") {
 		t.Fatalf("third adopting volume: %v; want ResourceExhausted naming the claims", err)
 	}
-	if _, err := usbVolume(t, td, "d", 1, map[string]string{node.ParamWipe: "true"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "volumes hold its partitions") {
+	if _, err := usbVolume(t, td, "d", 1, map[string]string{volume.ParamWipe: "true"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "volumes hold its partitions") {
 		t.Fatalf("formatting volume: %v; want ResourceExhausted: the stick's partitions are claimed", err)
 	}
 	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: adopt}); err != nil || c.GetAvailableCapacity() != 0 {
@@ -287,33 +288,33 @@ func testUSBPartitionGPT(t *testing.T, mode func(*Config)) {
 	td := startDriver(t, "", all(withUSB(fake), mode))
 	ctx := context.Background()
 	for _, bad := range []string{"0", "4097", "", "1x[", "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeeg"} {
-		_, err := usbVolume(t, td, "bad", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: bad})
+		_, err := usbVolume(t, td, "bad", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamPartition: bad})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "partition") {
 			t.Errorf("partition=%q: %v, want InvalidArgument naming the parameter", bad, err)
 		}
 	}
-	if _, err := usbVolume(t, td, "bad", 1, map[string]string{node.ParamPartition: "1"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := usbVolume(t, td, "bad", 1, map[string]string{volume.ParamPartition: "1"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("partition without adopt: %v, want InvalidArgument", err)
 	}
-	byGUID := map[string]string{node.ParamPool: node.PoolMedia, node.ParamAdopt: "true", node.ParamPartition: strings.ToLower(guidLogs)}
+	byGUID := map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamAdopt: "true", volume.ParamPartition: strings.ToLower(guidLogs)}
 	if c, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: byGUID}); err != nil || c.GetAvailableCapacity() != logs.size {
 		t.Fatalf("GetCapacity(partition=GUID) = %v, %v; want %d", c, err, logs.size)
 	}
-	logsVol, err := usbVolume(t, td, "logs", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: strings.ToLower(guidLogs)})
+	logsVol, err := usbVolume(t, td, "logs", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamPartition: strings.ToLower(guidLogs)})
 	if err != nil || logsVol.GetCapacityBytes() != logs.size {
 		t.Fatalf("volume by GUID: %v, %v; want %d bytes", logsVol, err, logs.size)
 	}
-	state, err := os.ReadFile(filepath.Join(td.dir, "state", node.StateFile))
+	state, err := os.ReadFile(filepath.Join(td.dir, "state", volume.StateFile))
 	if err != nil || !strings.Contains(string(state), `"partition": "`+guidLogs+`"`) && !strings.Contains(string(state), `"partition":"`+guidLogs+`"`) {
 		t.Errorf("the state does not record the partition by its GUID %s: %v\n%s", guidLogs, err, state)
 	}
-	if _, err := usbVolume(t, td, "again", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: "2"}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := usbVolume(t, td, "again", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamPartition: "2"}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("partition=2, claimed: %v, want ResourceExhausted", err)
 	}
-	if _, err := usbVolume(t, td, "none", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: "BOOT*"}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := usbVolume(t, td, "none", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamPartition: "BOOT*"}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("partition=BOOT*: %v, want ResourceExhausted", err)
 	}
-	dataVol, err := usbVolume(t, td, "data", 1, map[string]string{node.ParamAdopt: "true", node.ParamPartition: "DAT?"})
+	dataVol, err := usbVolume(t, td, "data", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamPartition: "DAT?"})
 	if err != nil || dataVol.GetCapacityBytes() != data.size {
 		t.Fatalf("volume by name: %v, %v; want %d bytes", dataVol, err, data.size)
 	}
@@ -352,13 +353,13 @@ func TestUSBPartitionOldRecord(t *testing.T) {
 
 	dir := t.TempDir()
 	td := startDriver(t, dir, all(withUSB(fake)))
-	vol, err := usbVolume(t, td, "old", 1, map[string]string{node.ParamAdopt: "true"})
+	vol, err := usbVolume(t, td, "old", 1, map[string]string{volume.ParamAdopt: "true"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	td.shutdown(t)
 	// The record as an older driver wrote it: no partition.
-	statePath := filepath.Join(dir, "state", node.StateFile)
+	statePath := filepath.Join(dir, "state", volume.StateFile)
 	state, err := os.ReadFile(statePath)
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +379,7 @@ func TestUSBPartitionOldRecord(t *testing.T) {
 	}
 
 	td = startDriver(t, dir, all(withUSB(fake)))
-	if _, err := usbVolume(t, td, "new", 1, map[string]string{node.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := usbVolume(t, td, "new", 1, map[string]string{volume.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("adopting beside an old whole-stick record: %v, want ResourceExhausted", err)
 	}
 	mnt := t.TempDir()
@@ -394,11 +395,11 @@ func TestUSBPartitionOldRecord(t *testing.T) {
 
 	// A blank stick formatted with layout=mbr is claimed whole: its partition is not adopted.
 	blank := fake.Add(t, 80<<20, "Fake", "Blank", "OLD00002")
-	fresh, err := usbVolume(t, td, "fresh", 1, map[string]string{node.ParamLayout: node.LayoutMBR})
+	fresh, err := usbVolume(t, td, "fresh", 1, map[string]string{volume.ParamLayout: volume.LayoutMBR})
 	if err != nil || fresh.GetCapacityBytes() != blank.Size-1<<20 {
 		t.Fatalf("layout=mbr volume: %v, %v; want its partition's %d bytes", fresh, err, blank.Size-1<<20)
 	}
-	if _, err := usbVolume(t, td, "newer", 1, map[string]string{node.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := usbVolume(t, td, "newer", 1, map[string]string{volume.ParamAdopt: "true"}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("adopting the formatted stick's partition: %v, want ResourceExhausted", err)
 	}
 }

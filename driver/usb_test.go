@@ -13,6 +13,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
 )
@@ -65,7 +66,7 @@ func unpublishAndUnstage(t *testing.T, td *testDriver, id, dir string) {
 
 func usbVolume(t *testing.T, td *testDriver, name string, required int64, params map[string]string) (*csi.Volume, error) {
 	t.Helper()
-	p := map[string]string{node.ParamPool: node.PoolUSB}
+	p := map[string]string{volume.ParamPool: volume.PoolUSB}
 	for k, v := range params {
 		p[k] = v
 	}
@@ -88,12 +89,12 @@ func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 	td := startDriver(t, "", all(withUSB(fake), mode))
 	ctx := context.Background()
 
-	capResp, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
+	capResp, err := td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolUSB}})
 	if err != nil || capResp.GetAvailableCapacity() != big.Size {
 		t.Fatalf("GetCapacity(usb) = %v, %v; want the big stick's %d bytes", capResp, err, big.Size)
 	}
 	// Neither stick has a FAT yet: adopting finds nothing.
-	if _, err := usbVolume(t, td, "adopt-nothing", 1, map[string]string{node.ParamAdopt: "true"}); code(err) != codes.ResourceExhausted {
+	if _, err := usbVolume(t, td, "adopt-nothing", 1, map[string]string{volume.ParamAdopt: "true"}); code(err) != codes.ResourceExhausted {
 		t.Fatalf("adopting blank sticks: %v, want ResourceExhausted", err)
 	}
 
@@ -104,7 +105,7 @@ func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 	}
 	run(t, "mcopy", "-i", small.Loop, note, "::/NOTE.TXT")
 
-	vol, err := usbVolume(t, td, "adopted", 1, map[string]string{node.ParamAdopt: "true"})
+	vol, err := usbVolume(t, td, "adopted", 1, map[string]string{volume.ParamAdopt: "true"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 	}
 
 	// Adopt again, this time to be wiped on release.
-	vol, err = usbVolume(t, td, "adopted-again", 1, map[string]string{node.ParamAdopt: "true", node.ParamReclaim: node.ReclaimWipe})
+	vol, err = usbVolume(t, td, "adopted-again", 1, map[string]string{volume.ParamAdopt: "true", volume.ParamReclaim: volume.ReclaimWipe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 
 	// Without adopt the smallest stick that fits is formatted; a size only the big one has
 	// takes the big one, and then nothing is left.
-	v1, err := usbVolume(t, td, "fresh-small", 40<<20, map[string]string{node.ParamLabel: "fresh"})
+	v1, err := usbVolume(t, td, "fresh-small", 40<<20, map[string]string{volume.ParamLabel: "fresh"})
 	if err != nil || v1.GetCapacityBytes() != small.Size {
 		t.Fatalf("fresh-small: %v, %v; want the small stick", v1, err)
 	}
@@ -165,7 +166,7 @@ func testUSBAdoptAndReclaim(t *testing.T, mode func(*Config)) {
 		t.Errorf("mlabel -s on the formatted stick: %q, want FRESH", out)
 	}
 	run(t, "fsck.fat", "-n", big.Loop)
-	capResp, err = td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
+	capResp, err = td.ctrl.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolUSB}})
 	if err != nil || capResp.GetAvailableCapacity() != 0 {
 		t.Fatalf("GetCapacity with every stick claimed = %v, %v; want 0", capResp, err)
 	}
@@ -200,7 +201,7 @@ func TestUSBFilters(t *testing.T) {
 				withUSB(fake)(c)
 				tt.set(c.Node.USB)
 			})
-			resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{node.ParamPool: node.PoolUSB}})
+			resp, err := td.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{Parameters: map[string]string{volume.ParamPool: volume.PoolUSB}})
 			if err != nil || resp.GetAvailableCapacity() != tt.wantN {
 				t.Fatalf("GetCapacity = %v, %v; want %d", resp, err, tt.wantN)
 			}
@@ -261,13 +262,13 @@ func testUSBAdoptRefusesDamaged(t *testing.T, mode func(*Config)) {
 		t.Fatalf("fsck.fat -n finds nothing wrong with the dirty stick; the test needs a volume it would repair")
 	}
 	td := startDriver(t, "", all(withUSB(fake), mode))
-	_, err = usbVolume(t, td, "dirty", 1, map[string]string{node.ParamAdopt: "true"})
+	_, err = usbVolume(t, td, "dirty", 1, map[string]string{volume.ParamAdopt: "true"})
 	if code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "repair") {
 		t.Fatalf("adopting a dirty stick: %v, want ResourceExhausted saying it needs repair", err)
 	}
 	exec.Command("fsck.fat", "-a", stick.Loop).Run()
 	run(t, "fsck.fat", "-n", stick.Loop)
-	if _, err := usbVolume(t, td, "dirty", 1, map[string]string{node.ParamAdopt: "true"}); err != nil {
+	if _, err := usbVolume(t, td, "dirty", 1, map[string]string{volume.ParamAdopt: "true"}); err != nil {
 		t.Fatalf("adopting the repaired stick: %v", err)
 	}
 }

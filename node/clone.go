@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // ContentSource is what a new volume is made from: a snapshot (a restore) or another volume (a
@@ -36,24 +37,24 @@ func (s ContentSource) ID() string {
 // its source: a larger one is the source's file system in a larger image (the file system keeps
 // its size). A volume in use is held for the copy as for a snapshot (copyVolume); a snapshot is
 // not in use, so a restore holds nothing.
-func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, limit int64, params Params, src ContentSource) (VolumeRecord, error) {
-	if err := ValidateName(name); err != nil {
-		return VolumeRecord{}, status.Error(codes.InvalidArgument, err.Error())
+func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, limit int64, params volume.Params, src ContentSource) (volume.Record, error) {
+	if err := volume.ValidateName(name); err != nil {
+		return volume.Record{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if (src.Snapshot == "") == (src.Volume == "") {
-		return VolumeRecord{}, status.Error(codes.InvalidArgument, "the volume content source names neither a snapshot nor a volume")
+		return volume.Record{}, status.Error(codes.InvalidArgument, "the volume content source names neither a snapshot nor a volume")
 	}
-	if params.Pool == PoolUSB {
+	if params.Pool == volume.PoolUSB {
 		if m.usb == nil {
-			return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
+			return volume.Record{}, status.Errorf(codes.InvalidArgument, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
 		}
 		if params.Adopt {
-			return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "%s=true keeps a stick's own files; a volume from a snapshot or a volume holds its source's", ParamAdopt)
+			return volume.Record{}, status.Errorf(codes.InvalidArgument, "%s=true keeps a stick's own files; a volume from a snapshot or a volume holds its source's", volume.ParamAdopt)
 		}
 	}
 	unlock, err := m.lock(name, "CreateVolume")
 	if err != nil {
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	defer unlock()
 	m.mu.Lock()
@@ -63,13 +64,13 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	if exists {
 		switch {
 		case existing.Ephemeral:
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
 		case existing.Source != src.ID():
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists, made from %q, not from %s", name, existing.Source, src.ID())
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists, made from %q, not from %s", name, existing.Source, src.ID())
 		case existing.Params != params:
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
 		case existing.Size < required || (limit != 0 && existing.Size > limit):
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside %d..%d", name, existing.Size, required, limit)
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside %d..%d", name, existing.Size, required, limit)
 		}
 		return *existing, nil
 	}
@@ -83,16 +84,16 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	if src.Snapshot != "" {
 		sid, err := m.ownSnapshotID(src.Snapshot)
 		if err != nil {
-			return VolumeRecord{}, m.sourceElsewhere(err, sid.Node, src.Snapshot)
+			return volume.Record{}, m.sourceElsewhere(err, sid.Node, src.Snapshot)
 		}
 		unlockSnap, err := m.lockSnapshot(sid.Name, opRestore)
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		defer unlockSnap()
 		snap, err := m.snapshot(sid)
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		srcSize, srcRoom = snap.Size, snap.MaxSize
 		fill = func(budget int64) func(*os.File) (copied, error) {
@@ -101,22 +102,22 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	} else {
 		vid, err := m.ownID(src.Volume)
 		if err != nil {
-			return VolumeRecord{}, m.sourceElsewhere(err, vid.Node, src.Volume)
+			return volume.Record{}, m.sourceElsewhere(err, vid.Node, src.Volume)
 		}
 		rec, err := m.record(vid)
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		if rec.Ephemeral {
-			return VolumeRecord{}, status.Errorf(codes.NotFound, "volume %s is an inline volume of a pod, not one the controller knows", src.Volume)
+			return volume.Record{}, status.Errorf(codes.NotFound, "volume %s is an inline volume of a pod, not one the controller knows", src.Volume)
 		}
 		unlockSource, err := m.lock(vid.Name, "CreateVolume")
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		defer unlockSource()
 		if srcSize, err = m.copyLength(rec); err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		srcRoom = rec.MaxSize
 		fill = func(budget int64) func(*os.File) (copied, error) {
@@ -125,9 +126,9 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	}
 	size, err := copySize(required, limit, srcSize)
 	if err != nil {
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
-	if params.Pool == PoolUSB {
+	if params.Pool == volume.PoolUSB {
 		// A stick has the size it has: any that holds the source and what was asked fits.
 		return m.copyOntoStick(name, max(required, srcSize), limit, params, src, count, fill(0))
 	}
@@ -135,21 +136,21 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	m.provision.Lock()
 	defer m.provision.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
 	}
 	avail, err := m.imageCapacity()
 	if err != nil {
-		return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
 	if size > avail {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
 	}
 	how, err := makeCopy(m.images.creatingPath(name), m.images.path(name), size, fill(avail))
 	if err != nil {
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
-	rec := VolumeRecord{
-		ID:      VolumeID{Pool: PoolImage, Node: m.cfg.NodeID, Name: name}.String(),
+	rec := volume.Record{
+		ID:      volume.ID{Pool: volume.PoolImage, Node: m.cfg.NodeID, Name: name}.String(),
 		Name:    name,
 		Size:    size,
 		MaxSize: srcRoom,
@@ -163,7 +164,7 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Volumes, name)
 		m.images.remove(name)
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "size", rec.Size, "reflink", how.Reflinked, "written", how.Written, "held", how.held)
 	return rec, nil
@@ -185,15 +186,15 @@ func (m *Manager) sourceElsewhere(err error, srcNode, srcID string) error {
 // sector last, so that a copy cut short leaves a stick with no file system, which the next claim
 // formats. A larger stick keeps the source's file system with its size. The caller holds the
 // name's and the source's locks.
-func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, src ContentSource, count int, fill func(*os.File) (copied, error)) (VolumeRecord, error) {
+func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Params, src ContentSource, count int, fill func(*os.File) (copied, error)) (volume.Record, error) {
 	m.provision.Lock()
 	defer m.provision.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
 	}
 	free, claims, skipped, err := m.freeUSB()
 	if err != nil {
-		return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
 	var why []string
 	for _, d := range free {
@@ -210,17 +211,17 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
 		} else if err != nil {
-			return VolumeRecord{}, status.Errorf(codes.Internal, "removable medium %s (%s): %v", d.ID, d.Path, err)
+			return volume.Record{}, status.Errorf(codes.Internal, "removable medium %s (%s): %v", d.ID, d.Path, err)
 		}
 		how, err := fill(dev.OSFile())
 		if cerr := dev.Close(); err == nil && cerr != nil {
 			err = status.Errorf(codes.Internal, "removable medium %s (%s): %v", d.ID, d.Path, cerr)
 		}
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
-		rec := VolumeRecord{
-			ID:      VolumeID{Pool: PoolUSB, Node: m.cfg.NodeID, Name: name}.String(),
+		rec := volume.Record{
+			ID:      volume.ID{Pool: volume.PoolUSB, Node: m.cfg.NodeID, Name: name}.String(),
 			Name:    name,
 			Size:    d.Size,
 			Params:  params,
@@ -233,7 +234,7 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 		m.state.Volumes[name] = &rec
 		if err := m.saveLocked(); err != nil {
 			delete(m.state.Volumes, name)
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "device", d.ID, "size", rec.Size, "written", how.Written, "held", how.held)
 		return rec, nil
@@ -242,11 +243,11 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params Params, s
 	if len(why) == 0 {
 		why = []string{"no free removable medium is attached"}
 	}
-	return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, size, limit, strings.Join(why, "; "))
+	return volume.Record{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, size, limit, strings.Join(why, "; "))
 }
 
 // copySnapshot copies a snapshot's file into dst. Snapshots never change, so nothing is held.
-func (m *Manager) copySnapshot(snap SnapshotRecord, dst *os.File, budget int64) (copied, error) {
+func (m *Manager) copySnapshot(snap volume.SnapshotRecord, dst *os.File, budget int64) (copied, error) {
 	src, err := os.Open(m.snapshotPath(snap.Name))
 	if err != nil {
 		return copied{}, status.Errorf(codes.Internal, "snapshot %s: %v", snap.ID, err)
@@ -276,8 +277,8 @@ func copySize(required, limit, srcSize int64) (int64, error) {
 			break
 		}
 	}
-	if size > MaxImageSize {
-		return 0, status.Errorf(codes.OutOfRange, "%d bytes is more than the largest FAT volume, %d", size, MaxImageSize)
+	if size > volume.MaxImageSize {
+		return 0, status.Errorf(codes.OutOfRange, "%d bytes is more than the largest FAT volume, %d", size, volume.MaxImageSize)
 	}
 	return size, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // holdMargin is how long before the hold's limit a copy of a volume in use gives up, so that
@@ -37,7 +38,7 @@ type copied struct {
 // after a crash: the dirty bit, preallocated clusters of files open for writing, clusters of
 // files removed while open. budget bounds what a sparse copy may write. The caller holds the
 // volume's lock.
-func (m *Manager) copyVolume(rec VolumeRecord, dst *os.File, budget int64) (copied, error) {
+func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (copied, error) {
 	devPath, err := m.devicePath(rec)
 	if err != nil {
 		return copied{}, err
@@ -104,7 +105,7 @@ func copyError(what string, err error) error {
 // (as fsck.fat -a would). In process mode a mounter of its own does it, so that the plugin never
 // parses a medium's structures. Errors left that are not safe to repair are logged: the copy is
 // as the volume was.
-func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
+func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 	var res *protocol.CheckResult
 	var err error
 	if m.cfg.Mounter.process() {
@@ -139,7 +140,7 @@ func (m *Manager) checkCopy(rec VolumeRecord, dst *os.File) error {
 // checkInMounter checks the file system on f in a short-lived mounter of its own, named name,
 // as args say (repair, walk), so that this process never parses what a medium holds.
 func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArgs) (*protocol.CheckResult, error) {
-	p, err := m.startMounter(VolumeRecord{ID: name, Name: name})
+	p, err := m.startMounter(volume.Record{ID: name, Name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +166,7 @@ func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArg
 // the copy keeps the table, and the image pool serves its first FAT partition). A volume in one
 // partition of a stick is not copied: a copy of the whole stick would take the other volumes'
 // partitions with it.
-func (m *Manager) copyLength(rec VolumeRecord) (int64, error) {
+func (m *Manager) copyLength(rec volume.Record) (int64, error) {
 	switch {
 	case rec.Device == "":
 		return rec.Size, nil

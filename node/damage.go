@@ -11,6 +11,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // maxListedProblems bounds the problems quoted in a log line, an error or a volume condition.
@@ -22,7 +23,7 @@ const maxListedProblems = 5
 // and, when so, why (the volume condition's message); with onDamage=fail, errors that are left
 // make it a FailedPrecondition error instead. A mounter process runs the same check
 // (mounter.Check) on the descriptor it is handed, and judgeCheck judges both.
-func checkBeforeServing(open opener, rec VolumeRecord, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
+func checkBeforeServing(open opener, rec volume.Record, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
 	repair := repairs(rec, readOnly)
 	claim := blockdev.ExclusiveReadOnly
 	if repair {
@@ -43,13 +44,13 @@ func checkBeforeServing(open opener, rec VolumeRecord, devPath string, readOnly 
 
 // repairs tells whether the check before serving may repair: not for a read-only staging, nor
 // under onDamage=readonly.
-func repairs(rec VolumeRecord, readOnly bool) bool {
-	return !readOnly && rec.Params.onDamage() != OnDamageReadOnly
+func repairs(rec volume.Record, readOnly bool) bool {
+	return !readOnly && rec.Params.OnDamagePolicy() != volume.OnDamageReadOnly
 }
 
 // judgeCheck applies the volume's onDamage policy to what the check found.
-func judgeCheck(rec VolumeRecord, res *protocol.CheckResult, readOnly bool) (forceReadOnly bool, why string, err error) {
-	policy := rec.Params.onDamage()
+func judgeCheck(rec volume.Record, res *protocol.CheckResult, readOnly bool) (forceReadOnly bool, why string, err error) {
+	policy := rec.Params.OnDamagePolicy()
 	if len(res.Repaired) > 0 {
 		klog.Warningf("volume %s was not cleanly unmounted or was damaged; repaired before serving (as fsck.fat -a would): %s",
 			rec.ID, listProblems(res.Repaired, len(res.Repaired)))
@@ -58,16 +59,16 @@ func judgeCheck(rec VolumeRecord, res *protocol.CheckResult, readOnly bool) (for
 		return false, "", nil
 	}
 	left := listProblems(res.Left, res.Total)
-	if policy == OnDamageFail && res.Unrepairable {
+	if policy == volume.OnDamageFail && res.Unrepairable {
 		written := "nothing was written"
 		if len(res.Repaired) > 0 {
 			written = "what was safe to repair was repaired"
 		}
 		return false, "", status.Errorf(codes.FailedPrecondition,
 			"volume %s: the file system has errors that are not safe to repair automatically (%s=%s), %s: %s; repair it with fsck.fat",
-			rec.ID, ParamOnDamage, policy, written, left)
+			rec.ID, volume.ParamOnDamage, policy, written, left)
 	}
-	why = fmt.Sprintf("served read-only: the file system has errors that were not repaired (%s=%s): %s", ParamOnDamage, policy, left)
+	why = fmt.Sprintf("served read-only: the file system has errors that were not repaired (%s=%s): %s", volume.ParamOnDamage, policy, left)
 	if readOnly {
 		why = fmt.Sprintf("staged read-only with file system errors that were not repaired: %s", left)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -29,7 +30,7 @@ func TestDiscoveredName(t *testing.T) {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 			t.Errorf("%q %q: name %q is not a DNS label: %v", c.node, c.medium, name, errs)
 		}
-		if err := ValidateName(name); err != nil {
+		if err := volume.ValidateName(name); err != nil {
 			t.Errorf("%q %q: name %q is not a volume name: %v", c.node, c.medium, name, err)
 		}
 		if len(name) > 51 {
@@ -90,10 +91,10 @@ func testDiscoveryConfig(t *testing.T) *DiscoveryConfig {
 
 func TestDiscoveryPrepare(t *testing.T) {
 	c := testDiscoveryConfig(t)
-	if !c.adopt.Adopt || c.adopt.Pool != PoolUSB || c.adopt.Reclaim != ReclaimKeep || c.adopt.Mode != ModeFlush || c.adopt.Layout != "" || c.adopt.Label != "" {
+	if !c.adopt.Adopt || c.adopt.Pool != volume.PoolUSB || c.adopt.Reclaim != volume.ReclaimKeep || c.adopt.Mode != volume.ModeFlush || c.adopt.Layout != "" || c.adopt.Label != "" {
 		t.Errorf("adopt params %+v: want adopt, pool usb, reclaim keep, mode flush, no format parameters", c.adopt)
 	}
-	if c.format.Adopt || c.format.Layout != "mbr" || c.format.Label != "CAM" || c.format.Mode != ModeFlush || c.format.Reclaim != ReclaimKeep {
+	if c.format.Adopt || c.format.Layout != "mbr" || c.format.Label != "CAM" || c.format.Mode != volume.ModeFlush || c.format.Reclaim != volume.ReclaimKeep {
 		t.Errorf("format params %+v: want layout mbr, label CAM, mode flush, reclaim keep", c.format)
 	}
 	for _, bad := range []DiscoveryConfig{
@@ -154,7 +155,7 @@ func TestDiscoveredPV(t *testing.T) {
 	c := testDiscoveryConfig(t)
 	m := testMedium()
 	name := discoveredName("worker-1", m.ID)
-	rec := VolumeRecord{ID: VolumeID{Pool: PoolUSB, Node: "worker-1", Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
+	rec := volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: "worker-1", Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
 	pv := c.discoveredPV("worker-1", testDriver+"/node", rec, m, "CAM01")
 	if pv.Name != name {
 		t.Errorf("PV %q, want %q", pv.Name, name)
@@ -249,7 +250,7 @@ func TestMarkPatch(t *testing.T) {
 func discoveredPVOf(t *testing.T, node string, m MediumStatus, bound, marked bool) corev1.PersistentVolume {
 	c := testDiscoveryConfig(t)
 	name := discoveredName(node, m.ID)
-	rec := VolumeRecord{ID: VolumeID{Pool: PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
+	rec := volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
 	pv := c.discoveredPV(node, testDriver+"/node", rec, m, "")
 	if bound {
 		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "cam", Name: "photos"}
@@ -260,9 +261,9 @@ func discoveredPVOf(t *testing.T, node string, m MediumStatus, bound, marked boo
 	return *pv
 }
 
-func discoveredRecord(node string, m MediumStatus) VolumeRecord {
+func discoveredRecord(node string, m MediumStatus) volume.Record {
 	name := discoveredName(node, m.ID)
-	return VolumeRecord{ID: VolumeID{Pool: PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Device: m.ID}
+	return volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Device: m.ID}
 }
 
 func kinds(actions []discoveryAction) []string {
@@ -290,7 +291,7 @@ func TestPlanDiscovery(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		media   []MediumStatus
-		volumes []VolumeRecord
+		volumes []volume.Record
 		pvs     []corev1.PersistentVolume
 		blank   bool
 		want    []string
@@ -305,27 +306,27 @@ func TestPlanDiscovery(t *testing.T) {
 			media: []MediumStatus{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
 			want: []string{"remove " + fatName}},
 		{name: "published and present: nothing to do",
-			media: []MediumStatus{claimed}, volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)}},
+			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)}},
 		{name: "bound and present: nothing to do",
-			media: []MediumStatus{claimed}, volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
+			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
 		{name: "a volume without its PV gets it",
-			media: []MediumStatus{claimed}, volumes: []VolumeRecord{rec},
+			media: []MediumStatus{claimed}, volumes: []volume.Record{rec},
 			want: []string{"publish " + fatName}},
 		{name: "released, volume deleted, PV not yet: wait for the provisioner",
 			media: []MediumStatus{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
 		{name: "pulled out and unbound: PV and volume go",
-			volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
+			volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
 			want: []string{"remove " + fatName}},
 		{name: "pulled out and bound: marked",
-			volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)},
+			volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)},
 			want: []string{"mark " + fatName}},
 		{name: "pulled out, bound and marked: nothing more",
-			volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)}},
+			volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)}},
 		{name: "plugged in again while bound: mark cleared",
-			media: []MediumStatus{claimed}, volumes: []VolumeRecord{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)},
+			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)},
 			want: []string{"unmark " + fatName}},
 		{name: "a pulled medium's volume without PV is forgotten",
-			volumes: []VolumeRecord{rec},
+			volumes: []volume.Record{rec},
 			want:    []string{"forget " + fatName}},
 		{name: "another node's PV is never touched, even with its medium absent here",
 			pvs: []corev1.PersistentVolume{otherNodePV}},
@@ -362,12 +363,12 @@ func TestPlanDiscovery(t *testing.T) {
 	// A partition's PV, pulled out unbound, is removed like a whole one's.
 	prec := discoveredRecord(node, twin)
 	prec.Partition, prec.Name = "3", discoveredName(node, twin.ID+"#3")
-	prec.ID = VolumeID{Pool: PoolUSB, Node: node, Name: prec.Name}.String()
+	prec.ID = volume.ID{Pool: volume.PoolUSB, Node: node, Name: prec.Name}.String()
 	ppv := testDiscoveryConfig(t).discoveredPV(node, testDriver+"/node", prec, twin, "TWO")
 	if ppv.Annotations[testDriver+"/partition"] != "3" || ppv.Labels[testDriver+"/partition"] != "3" {
 		t.Errorf("partition PV: annotations %v, labels %v", ppv.Annotations, ppv.Labels)
 	}
-	got = kinds(planDiscovery(testDriver, node, nil, []VolumeRecord{prec}, []corev1.PersistentVolume{*ppv}, false, nil))
+	got = kinds(planDiscovery(testDriver, node, nil, []volume.Record{prec}, []corev1.PersistentVolume{*ppv}, false, nil))
 	if want := []string{"remove " + prec.Name}; !slices.Equal(got, want) {
 		t.Errorf("pulled partitioned stick: actions %q, want %q", got, want)
 	}
@@ -376,7 +377,7 @@ func TestPlanDiscovery(t *testing.T) {
 	// resource version are the delete's preconditions).
 	pv := discoveredPVOf(t, node, fat, false, false)
 	pv.UID, pv.ResourceVersion = "u-1", "42"
-	acts = planDiscovery(testDriver, node, nil, []VolumeRecord{rec}, []corev1.PersistentVolume{pv}, false, nil)
+	acts = planDiscovery(testDriver, node, nil, []volume.Record{rec}, []corev1.PersistentVolume{pv}, false, nil)
 	if len(acts) != 1 || acts[0].Volume == nil || acts[0].Volume.ID != rec.ID || acts[0].PV.UID != "u-1" || acts[0].PV.ResourceVersion != "42" {
 		t.Errorf("remove action %+v", acts)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -52,14 +53,14 @@ type DiscoveryConfig struct {
 	// Client reaches the API server's PersistentVolumes.
 	Client PVClient
 
-	adopt, format Params
+	adopt, format volume.Params
 }
 
 // Parameters discovery mode sets itself, or that make no sense for it.
-var discoveryFixedParams = []string{ParamPool, ParamAdopt, ParamReclaim, ParamWipe, ParamMaxSize, ParamPartition}
+var discoveryFixedParams = []string{volume.ParamPool, volume.ParamAdopt, volume.ParamReclaim, volume.ParamWipe, volume.ParamMaxSize, volume.ParamPartition}
 
 // Parameters about a new file system: for blank media only.
-var discoveryFormatParams = []string{ParamLayout, ParamFATType, ParamClusterSize, ParamLabel, ParamFATs}
+var discoveryFormatParams = []string{volume.ParamLayout, volume.ParamFATType, volume.ParamClusterSize, volume.ParamLabel, volume.ParamFATs}
 
 // Prepare checks the configuration and works out the volumes' parameters.
 func (c *DiscoveryConfig) Prepare() error {
@@ -74,15 +75,15 @@ func (c *DiscoveryConfig) Prepare() error {
 	if c.Interval <= 0 {
 		return fmt.Errorf("media discovery: interval %v: want a positive duration", c.Interval)
 	}
-	adopt := map[string]string{ParamPool: PoolMedia, ParamAdopt: "true"}
-	format := map[string]string{ParamPool: PoolMedia}
+	adopt := map[string]string{volume.ParamPool: volume.PoolMedia, volume.ParamAdopt: "true"}
+	format := map[string]string{volume.ParamPool: volume.PoolMedia}
 	for k, v := range c.Parameters {
 		for _, fixed := range discoveryFixedParams {
 			if k == fixed {
 				return fmt.Errorf("media discovery: parameter %s is not for discovered media (they are adopted with their files, or blank ones formatted, and kept on release)", k)
 			}
 		}
-		if k != ParamFSLabel {
+		if k != volume.ParamFSLabel {
 			format[k] = v
 		}
 		isFormat := false
@@ -94,10 +95,10 @@ func (c *DiscoveryConfig) Prepare() error {
 		}
 	}
 	var err error
-	if c.adopt, err = ParseParams(adopt); err != nil {
+	if c.adopt, err = volume.ParseParams(adopt); err != nil {
 		return fmt.Errorf("media discovery: %w", err)
 	}
-	if c.format, err = ParseParams(format); err != nil {
+	if c.format, err = volume.ParseParams(format); err != nil {
 		return fmt.Errorf("media discovery: %w", err)
 	}
 	return nil
@@ -110,7 +111,7 @@ func (c *DiscoveryConfig) selects(m MediumStatus) bool {
 		return false
 	}
 	d := usbDevice{ID: m.ID, Vendor: m.Vendor, Model: m.Model, Serial: m.Serial, ByID: m.ByID, ByPath: m.ByPath}
-	return c.adopt.selection.mismatch(d) == ""
+	return selectionMismatch(c.adopt.Selection, d) == ""
 }
 
 // discoveryRetry is how long a medium that could not be made a volume (its file system needs
@@ -152,10 +153,10 @@ func (m *Manager) RunDiscovery(ctx context.Context, cfg *DiscoveryConfig) {
 }
 
 // discoveredVolumes are the node's volumes discovery mode made: named after their device.
-func (m *Manager) discoveredVolumes() []VolumeRecord {
+func (m *Manager) discoveredVolumes() []volume.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []VolumeRecord
+	var out []volume.Record
 	for _, v := range m.state.Volumes {
 		if v.Device != "" && !v.Ephemeral && v.Name == discoveredName(m.cfg.NodeID, unitKey(v.Device, v.Partition)) {
 			out = append(out, *v)
@@ -249,7 +250,7 @@ func claimOf(pv *corev1.PersistentVolume) string {
 }
 
 // publish makes the PV of a discovered volume; one that exists already is left as it is.
-func (d *discovery) publish(ctx context.Context, rec VolumeRecord, m MediumStatus) error {
+func (d *discovery) publish(ctx context.Context, rec volume.Record, m MediumStatus) error {
 	pv := d.cfg.discoveredPV(d.m.cfg.NodeID, d.m.cfg.TopologyKey, rec, m, d.fsLabels[rec.Name])
 	if _, err := d.cfg.Client.Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create PersistentVolume %s of medium %s: %w", rec.Name, rec.Device, err)
@@ -260,7 +261,7 @@ func (d *discovery) publish(ctx context.Context, rec VolumeRecord, m MediumStatu
 
 // forget deletes the volume of a pulled medium (its record: a discovered volume is kept on its
 // medium, reclaim keep, so nothing is written).
-func (d *discovery) forget(ctx context.Context, rec VolumeRecord) error {
+func (d *discovery) forget(ctx context.Context, rec volume.Record) error {
 	if err := d.m.DeleteVolume(ctx, rec.ID); err != nil {
 		return fmt.Errorf("forget volume %s of pulled medium %s: %w", rec.ID, rec.Device, err)
 	}
@@ -274,15 +275,15 @@ func (d *discovery) forget(ctx context.Context, rec VolumeRecord) error {
 // FAT file system with its files (checked in a mounter, as adopt=true checks it), or, for a
 // blank medium, a new one made with the configuration's parameters. It returns the volume and
 // its file system's label.
-func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStatus, partition string) (VolumeRecord, string, error) {
+func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStatus, partition string) (volume.Record, string, error) {
 	if m.usb == nil {
-		return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
+		return volume.Record{}, "", status.Errorf(codes.FailedPrecondition, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
 	}
 	params := cfg.adopt
 	params.Partition = partition
 	if medium.State == mediumBlank {
 		if !cfg.Blank {
-			return VolumeRecord{}, "", status.Errorf(codes.FailedPrecondition, "removable medium %s is blank and blank media are not published", medium.ID)
+			return volume.Record{}, "", status.Errorf(codes.FailedPrecondition, "removable medium %s is blank and blank media are not published", medium.ID)
 		}
 		params = cfg.format
 	}
@@ -298,7 +299,7 @@ func (m *Manager) CreateDiscoveredVolume(cfg *DiscoveryConfig, medium MediumStat
 // kept (adoptUSB; its label put in *fsLabel), else formatted whole, when it is still blank.
 // createVolume calls it with m.provision held.
 func (m *Manager) claimMedium(id string, fsLabel *string) claimFunc {
-	return func(_, _ int64, params Params) (usbClaim, error) {
+	return func(_, _ int64, params volume.Params) (usbClaim, error) {
 		free, claims, _, err := m.freeUSB()
 		if err != nil {
 			return usbClaim{}, status.Error(codes.Internal, err.Error())

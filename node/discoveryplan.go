@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -41,7 +42,7 @@ type discoveryAction struct {
 	Partition string // create: the partition to adopt, "" for the medium whole
 	Why       string // remove: why
 	PV        *corev1.PersistentVolume
-	Volume    *VolumeRecord
+	Volume    *volume.Record
 }
 
 // planDiscovery decides one round. media is what the pool's scan sees now; volumes are the
@@ -50,14 +51,14 @@ type discoveryAction struct {
 // selects which media may be (nil: all).
 // A PV's medium is identified by its annotation, so a PV whose medium is pulled out is still
 // known for what it was.
-func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []VolumeRecord, pvs []corev1.PersistentVolume, blank bool, selects func(MediumStatus) bool) []discoveryAction {
+func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []volume.Record, pvs []corev1.PersistentVolume, blank bool, selects func(MediumStatus) bool) []discoveryAction {
 	present := map[string]MediumStatus{}
 	for _, m := range media {
 		if m.ID != "" && m.State != mediumExcluded {
 			present[m.ID] = m
 		}
 	}
-	vols := map[string]*VolumeRecord{}
+	vols := map[string]*volume.Record{}
 	for i := range volumes {
 		vols[volumes[i].Name] = &volumes[i]
 	}
@@ -121,7 +122,7 @@ func handleOnNode(pv *corev1.PersistentVolume, nodeID string) bool {
 	if pv.Spec.CSI == nil {
 		return false
 	}
-	id, err := ParseVolumeID(pv.Spec.CSI.VolumeHandle)
+	id, err := volume.ParseID(pv.Spec.CSI.VolumeHandle)
 	return err == nil && id.Node == nodeID
 }
 

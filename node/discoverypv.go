@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +48,7 @@ const (
 )
 
 // discoveredUnit is what one discovered volume holds: a medium whole (Partition "") or one FAT
-// partition of it (its number, or a GPT partition's GUID, as VolumeRecord.Partition has it).
+// partition of it (its number, or a GPT partition's GUID, as volume.Record.Partition has it).
 type discoveredUnit struct{ Medium, Partition string }
 
 // unitKey names what a discovered volume holds in one string: the medium's ID, and "#" and the
@@ -119,7 +120,7 @@ func labelValue(s string) string {
 
 // discoveryLabels are the labels a claim's selector picks a medium by; the size is the volume's
 // (a partition's, for a volume in one).
-func discoveryLabels(driverName, nodeID string, m MediumStatus, rec VolumeRecord, fsLabel string) map[string]string {
+func discoveryLabels(driverName, nodeID string, m MediumStatus, rec volume.Record, fsLabel string) map[string]string {
 	l := map[string]string{
 		labelManagedBy:                    DiscoveryManagedBy,
 		driverName + "/node":              labelValue(nodeID),
@@ -147,7 +148,7 @@ func discoverySelector(driverName, nodeID string) string {
 // discoveredPV is the PersistentVolume of a discovered medium's volume: reachable on the node
 // only (node affinity on the topology key), its capacity the medium's size, ReadWriteOnce (a PV
 // cannot have ReadWriteOncePod besides, and one node is what the medium gives).
-func (c *DiscoveryConfig) discoveredPV(nodeID, topologyKey string, rec VolumeRecord, m MediumStatus, fsLabel string) *corev1.PersistentVolume {
+func (c *DiscoveryConfig) discoveredPV(nodeID, topologyKey string, rec volume.Record, m MediumStatus, fsLabel string) *corev1.PersistentVolume {
 	ann := map[string]string{annProvisionedBy: c.DriverName, c.DriverName + annSuffixMedium: rec.Device}
 	if rec.Partition != "" {
 		ann[c.DriverName+annSuffixPartition] = rec.Partition

@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -29,7 +28,7 @@ import (
 const EphemeralContextKey = "csi.storage.k8s.io/ephemeral"
 
 // ParamSize is the volume attribute for an inline volume's size, as bytes or a Kubernetes
-// quantity ("64Mi", "1G"); without it a volume gets DefaultImageSize.
+// quantity ("64Mi", "1G"); without it a volume gets volume.DefaultImageSize.
 const ParamSize = "size"
 
 // ephemeralDir is the state directory's subdirectory where inline volumes are served.
@@ -54,20 +53,20 @@ func isEphemeral(volumeContext map[string]string) bool {
 }
 
 // ephemeralVolume finds the inline volume of a CO's volume ID.
-func (m *Manager) ephemeralVolume(volumeID string) (VolumeRecord, bool) {
+func (m *Manager) ephemeralVolume(volumeID string) (volume.Record, bool) {
 	name := ephemeralName(volumeID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.state.Volumes[name]
 	if !ok || !v.Ephemeral || v.ID != volumeID {
-		return VolumeRecord{}, false
+		return volume.Record{}, false
 	}
 	return *v, true
 }
 
 // nodeVolume is the record of the volume a node call names: an inline volume by the CO's ID,
 // else a volume of this driver's (Volume).
-func (m *Manager) nodeVolume(volumeID string) (VolumeRecord, error) {
+func (m *Manager) nodeVolume(volumeID string) (volume.Record, error) {
 	if rec, ok := m.ephemeralVolume(volumeID); ok {
 		return rec, nil
 	}
@@ -77,7 +76,7 @@ func (m *Manager) nodeVolume(volumeID string) (VolumeRecord, error) {
 // parseEphemeral reads an inline volume's attributes: the StorageClass parameters of the image
 // pool and ParamSize. Keys under csi.storage.k8s.io/ (the pod's name, namespace, UID, the
 // ephemeral flag) are kubelet's and ignored.
-func parseEphemeral(attrs map[string]string) (int64, Params, error) {
+func parseEphemeral(attrs map[string]string) (int64, volume.Params, error) {
 	rest := make(map[string]string, len(attrs))
 	var size int64
 	for k, v := range attrs {
@@ -85,46 +84,23 @@ func parseEphemeral(attrs map[string]string) (int64, Params, error) {
 			rest[k] = v
 			continue
 		}
-		n, err := parseSize(v)
+		n, err := volume.ParseSize(v)
 		if err != nil {
-			return 0, Params{}, fmt.Errorf("volume attribute %s=%q: %w", ParamSize, v, err)
+			return 0, volume.Params{}, fmt.Errorf("volume attribute %s=%q: %w", ParamSize, v, err)
 		}
 		size = n
 	}
-	p, err := ParseParams(rest)
+	p, err := volume.ParseParams(rest)
 	if err != nil {
-		return 0, Params{}, err
+		return 0, volume.Params{}, err
 	}
-	if p.Pool != PoolImage {
-		return 0, Params{}, fmt.Errorf("inline ephemeral volumes are image files: %s=%q is not supported", ParamPool, p.Pool)
+	if p.Pool != volume.PoolImage {
+		return 0, volume.Params{}, fmt.Errorf("inline ephemeral volumes are image files: %s=%q is not supported", volume.ParamPool, p.Pool)
 	}
 	if p.MaxSize != 0 {
-		return 0, Params{}, fmt.Errorf("inline ephemeral volumes do not grow: %s is not supported", ParamMaxSize)
+		return 0, volume.Params{}, fmt.Errorf("inline ephemeral volumes do not grow: %s is not supported", volume.ParamMaxSize)
 	}
 	return size, p, nil
-}
-
-// parseSize reads bytes, or a quantity with a binary (Ki, Mi, Gi, Ti) or decimal (k, M, G, T)
-// suffix, as Kubernetes writes sizes.
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
-		if t, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = t, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("want a positive size such as 67108864, 64Mi or 1Gi")
-	}
-	if n > MaxImageSize/mult {
-		return 0, fmt.Errorf("larger than a FAT volume can be (%d bytes)", int64(MaxImageSize))
-	}
-	return n * mult, nil
 }
 
 // publishEphemeral makes, serves and binds an inline volume; the request's target path and
@@ -151,10 +127,10 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 	defer unlock()
 	c := req.GetVolumeCapability()
 	readOnly := req.GetReadonly() || readOnlyMode(c)
-	want := StageRecord{
+	want := volume.StageRecord{
 		Path:       m.ephemeralStaging(name),
 		ReadOnly:   readOnlyMode(c),
-		MountFlags: params.stageFlags(c.GetMount().GetMountFlags()),
+		MountFlags: params.StageFlags(c.GetMount().GetMountFlags()),
 		MountGroup: c.GetMount().GetVolumeMountGroup(),
 		AccessMode: int32(c.GetAccessMode().GetMode()),
 	}
@@ -165,13 +141,13 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 
 	m.mu.Lock()
 	existing := m.state.Volumes[name]
-	var rec VolumeRecord
+	var rec volume.Record
 	if existing != nil {
 		rec = *existing
 	}
 	st := m.state.Staged[name]
 	pub := m.state.Published[target]
-	others := m.state.targetsOf(name)
+	others := m.state.TargetsOf(name)
 	sv := m.served[name]
 	m.mu.Unlock()
 	if existing != nil && (!rec.Ephemeral || rec.ID != volumeID) {
@@ -223,7 +199,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 
 // serveEphemeral stages the inline volume where it is served, unless it is served there
 // already, and binds it at the target.
-func (s *Service) serveEphemeral(rec VolumeRecord, want, st *StageRecord, sv *servedVolume, target string, readOnly bool) error {
+func (s *Service) serveEphemeral(rec volume.Record, want, st *volume.StageRecord, sv *servedVolume, target string, readOnly bool) error {
 	m := s.m
 	if st == nil || sv == nil || sv.gone() {
 		if err := m.stage(rec, want); err != nil {
@@ -235,35 +211,35 @@ func (s *Service) serveEphemeral(rec VolumeRecord, want, st *StageRecord, sv *se
 
 // makeEphemeral makes an inline volume's image and records it, within the pool's capacity and
 // the node's volume bound as CreateVolume is.
-func (m *Manager) makeEphemeral(volumeID, name string, size int64, params Params) (VolumeRecord, error) {
+func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume.Params) (volume.Record, error) {
 	m.provision.Lock()
 	defer m.provision.Unlock()
 	m.mu.Lock()
 	count := len(m.state.Volumes)
 	m.mu.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: node %s has %d volumes, its maximum", volumeID, m.cfg.NodeID, count)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: node %s has %d volumes, its maximum", volumeID, m.cfg.NodeID, count)
 	}
 	avail, err := m.imageCapacity()
 	if err != nil {
-		return VolumeRecord{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
+		return volume.Record{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
 	if size > avail {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: image pool %s can make volumes up to %d bytes, %d asked", volumeID, m.images.dir, avail, size)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: image pool %s can make volumes up to %d bytes, %d asked", volumeID, m.images.dir, avail, size)
 	}
 	fixed := params
 	fixed.MaxSize = size // inline volumes never grow: mkfs.fat's layout, no room in the FATs
 	if err := m.images.create(name, size, fixed); err != nil {
-		return VolumeRecord{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
+		return volume.Record{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
-	rec := VolumeRecord{ID: volumeID, Name: name, Size: size, Params: params, Created: time.Now().UTC(), Ephemeral: true}
+	rec := volume.Record{ID: volumeID, Name: name, Size: size, Params: params, Created: time.Now().UTC(), Ephemeral: true}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Volumes, name)
 		m.images.remove(name)
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	return rec, nil
 }
@@ -302,7 +278,7 @@ func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublis
 		return nil, err
 	}
 	m.mu.Lock()
-	left := m.state.targetsOf(rec.Name)
+	left := m.state.TargetsOf(rec.Name)
 	m.mu.Unlock()
 	if len(left) > 0 {
 		return &csi.NodeUnpublishVolumeResponse{}, nil
@@ -316,7 +292,7 @@ func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublis
 
 // removeEphemeral takes an inline volume with no targets down: stops serving it, removes its
 // staging directory, its image and its records. The caller holds the volume's lock.
-func (m *Manager) removeEphemeral(rec VolumeRecord) error {
+func (m *Manager) removeEphemeral(rec volume.Record) error {
 	staging := m.ephemeralStaging(rec.Name)
 	m.mu.Lock()
 	sv := m.served[rec.Name]
@@ -356,9 +332,9 @@ func (m *Manager) removeEphemeral(rec VolumeRecord) error {
 // after Restore; kubelet's retried NodePublishVolume makes a missing one afresh.
 func (m *Manager) RemoveOrphanedEphemeral() {
 	m.mu.Lock()
-	var orphans []VolumeRecord
+	var orphans []volume.Record
 	for _, v := range m.state.Volumes {
-		if v.Ephemeral && len(m.state.targetsOf(v.Name)) == 0 {
+		if v.Ephemeral && len(m.state.TargetsOf(v.Name)) == 0 {
 			orphans = append(orphans, *v)
 		}
 	}

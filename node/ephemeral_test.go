@@ -3,6 +3,8 @@ package node
 import (
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 func TestParseEphemeral(t *testing.T) {
@@ -20,7 +22,7 @@ func TestParseEphemeral(t *testing.T) {
 	}
 	for _, g := range good {
 		size, p, err := parseEphemeral(g.attrs)
-		if err != nil || size != g.size || p.FATType != g.fat || p.Pool != PoolImage {
+		if err != nil || size != g.size || p.FATType != g.fat || p.Pool != volume.PoolImage {
 			t.Errorf("parseEphemeral(%v) = %d, %+v, %v; want %d bytes, FAT%d", g.attrs, size, p, err, g.size, g.fat)
 		}
 	}
@@ -40,7 +42,7 @@ func TestEphemeralName(t *testing.T) {
 	seen := map[string]string{}
 	for _, id := range []string{"csi-abc", "../../etc/passwd", "a/b", "x\x00y", strings.Repeat("z", 1000), ""} {
 		name := ephemeralName(id)
-		if err := ValidateName(name); err != nil {
+		if err := volume.ValidateName(name); err != nil {
 			t.Errorf("ephemeralName(%q) = %q: %v", id, name, err)
 		}
 		if other, ok := seen[name]; ok {

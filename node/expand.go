@@ -19,6 +19,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // Growth room. A FAT volume grows in place only as far as its FATs have entries (they cannot
@@ -33,14 +34,14 @@ const (
 )
 
 // imageMkfsOptions are the formatter's options for an image of size bytes with params.
-func imageMkfsOptions(size int64, params Params) (mkfs.Options, error) {
-	opts, err := params.mkfsOptions(512)
+func imageMkfsOptions(size int64, params volume.Params) (mkfs.Options, error) {
+	opts, err := params.MkfsOptions(512)
 	if err != nil {
 		return opts, err
 	}
 	if params.MaxSize != 0 {
 		if params.MaxSize < size {
-			return opts, fmt.Errorf("%w: %s %d bytes is below the volume's %d bytes", mkfs.ErrNoFit, ParamMaxSize, params.MaxSize, size)
+			return opts, fmt.Errorf("%w: %s %d bytes is below the volume's %d bytes", mkfs.ErrNoFit, volume.ParamMaxSize, params.MaxSize, size)
 		}
 		opts.MaxSize = params.MaxSize
 		return opts, nil
@@ -56,7 +57,7 @@ func imageMkfsOptions(size int64, params Params) (mkfs.Options, error) {
 	room := opts
 	room.FATType, room.SectorsPerCluster = g.Type, g.SectorsPerCluster
 	clusters := min(int64(ondisk.MaxClusters(g.Type)), int64(g.Clusters)+defaultRoomFATBytes*8/int64(g.Type))
-	room.MaxSize = min(defaultGrowth*size, (g.FirstDataSector*int64(g.SectorSize))+clusters*int64(g.ClusterSize), MaxImageSize)
+	room.MaxSize = min(defaultGrowth*size, (g.FirstDataSector*int64(g.SectorSize))+clusters*int64(g.ClusterSize), volume.MaxImageSize)
 	// The longer FATs move the data area, so at the type's limit the first guess may be a little
 	// too large for the type: step down a few times, else mkfs.fat's layout without room.
 	step := max(16*int64(g.ClusterSize), 64<<10)
@@ -70,7 +71,7 @@ func imageMkfsOptions(size int64, params Params) (mkfs.Options, error) {
 }
 
 // growLimit is how large an image of size bytes formatted with params can grow.
-func growLimit(size int64, params Params) (int64, error) {
+func growLimit(size int64, params volume.Params) (int64, error) {
 	opts, err := imageMkfsOptions(size, params)
 	if err != nil {
 		return 0, err
@@ -87,7 +88,7 @@ func growLimit(size int64, params Params) (int64, error) {
 }
 
 // formatImage formats an image of size bytes for params, with its growth room, and closes it.
-func formatImage(dev *blockdev.File, size int64, params Params) error {
+func formatImage(dev *blockdev.File, size int64, params volume.Params) error {
 	opts, err := imageMkfsOptions(size, params)
 	if err == nil {
 		_, err = mkfs.Format(dev, opts)
@@ -129,7 +130,7 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 	}
 	if required > rec.MaxSize {
 		return 0, status.Errorf(codes.OutOfRange, "volume %s can grow to at most %d bytes, %d asked: its FATs were made for that (StorageClass parameter %s, else room for growth to %dx, see docs/driver.md), and the FAT type cannot change in place",
-			rec.ID, max(rec.MaxSize, rec.Size), required, ParamMaxSize, defaultGrowth)
+			rec.ID, max(rec.MaxSize, rec.Size), required, volume.ParamMaxSize, defaultGrowth)
 	}
 	within := rec.MaxSize
 	if limit != 0 {
@@ -281,7 +282,7 @@ func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, r
 // image ControllerExpandVolume grew while it was not staged. Kubelet calls NodeExpandVolume only
 // for a claim it resized, so without this a larger restore would keep its source's size for
 // good. A failure leaves the file system as it was: the volume is served all the same.
-func (m *Manager) growToImage(rec VolumeRecord, st *StageRecord, sv *servedVolume) {
+func (m *Manager) growToImage(rec volume.Record, st *volume.StageRecord, sv *servedVolume) {
 	if rec.Device != "" || rec.MaxSize < rec.Size {
 		return
 	}

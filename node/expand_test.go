@@ -5,6 +5,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // TestGrowthRoom: the StorageClass parameter maxSize, and the default room: the type and
@@ -24,12 +25,12 @@ func TestGrowthRoom(t *testing.T) {
 		{size: 4 << 20, typ: ondisk.FAT12, cluster: 2048, minLimit: 8<<20 - 512<<10, maxLimit: 8<<20 + 16<<10, extraFAT: 4 << 10},
 		{size: 64 << 20, typ: ondisk.FAT16, cluster: 2048, minLimit: 127 << 20, maxLimit: 128<<20 + 512<<10, extraFAT: 128 << 10},
 		{size: 1 << 30, typ: ondisk.FAT32, cluster: 4096, minLimit: 5 << 30, maxLimit: 5<<30 + 8<<20, extraFAT: 4 << 20},
-		{size: 64 << 20, params: map[string]string{ParamMaxSize: "1Gi"}, typ: ondisk.FAT32, cluster: 512, minLimit: 1 << 30, maxLimit: 1<<30 + 1<<20, extraFAT: 8 << 20},
-		{size: 64 << 20, params: map[string]string{ParamMaxSize: "256Mi"}, typ: ondisk.FAT16, cluster: 4096, minLimit: 256 << 20, maxLimit: 257 << 20, extraFAT: 128 << 10},
-		{size: 64 << 20, params: map[string]string{ParamMaxSize: "32Mi"}, wantRefuse: true},
-		{size: 16 << 20, params: map[string]string{ParamMaxSize: "1Gi"}, wantRefuse: true}, // FAT16 grows 16-fold at most, FAT32 needs 33 MiB
+		{size: 64 << 20, params: map[string]string{volume.ParamMaxSize: "1Gi"}, typ: ondisk.FAT32, cluster: 512, minLimit: 1 << 30, maxLimit: 1<<30 + 1<<20, extraFAT: 8 << 20},
+		{size: 64 << 20, params: map[string]string{volume.ParamMaxSize: "256Mi"}, typ: ondisk.FAT16, cluster: 4096, minLimit: 256 << 20, maxLimit: 257 << 20, extraFAT: 128 << 10},
+		{size: 64 << 20, params: map[string]string{volume.ParamMaxSize: "32Mi"}, wantRefuse: true},
+		{size: 16 << 20, params: map[string]string{volume.ParamMaxSize: "1Gi"}, wantRefuse: true}, // FAT16 grows 16-fold at most, FAT32 needs 33 MiB
 	} {
-		p, err := ParseParams(c.params)
+		p, err := volume.ParseParams(c.params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,10 +58,10 @@ func TestGrowthRoom(t *testing.T) {
 				c.size, c.params, g.Type, g.ClusterSize, limit, g.FATBytes(), pg.FATBytes(), c.typ, c.cluster, c.minLimit, c.maxLimit, c.extraFAT)
 		}
 	}
-	if _, err := ParseParams(map[string]string{ParamPool: PoolUSB, ParamMaxSize: "1Gi"}); err == nil {
+	if _, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamMaxSize: "1Gi"}); err == nil {
 		t.Error("maxSize on the usb pool was accepted")
 	}
-	if p, err := ParseParams(map[string]string{ParamMaxSize: "2Gi"}); err != nil || p.MaxSize != 2<<30 || p.Map()[ParamMaxSize] != "2147483648" {
+	if p, err := volume.ParseParams(map[string]string{volume.ParamMaxSize: "2Gi"}); err != nil || p.MaxSize != 2<<30 || p.Map()[volume.ParamMaxSize] != "2147483648" {
 		t.Errorf("maxSize 2Gi: %+v, %v", p, err)
 	}
 }

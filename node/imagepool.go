@@ -12,15 +12,12 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// Image sizes.
+// Image files' names in the pool.
 const (
-	// DefaultImageSize is the size of a volume whose request names none.
-	DefaultImageSize = 1 << 30
-	// MaxImageSize is the largest FAT volume with 512-byte sectors: 2^32 sectors.
-	MaxImageSize = 1<<32*512 - 512
-	imageSuffix  = ".img"
+	imageSuffix = ".img"
 	// creatingSuffix marks an image being made; a leading dot keeps it apart from every volume
 	// name, which cannot start with one.
 	creatingSuffix = ".creating"
@@ -56,10 +53,10 @@ func (p *imagePool) removeLeftovers() error {
 // whole MiB where the limit allows, else to 4 KiB or a sector, so the device layer can use large
 // blocks. A size too small for the file system asked for grows to the next that fits, within the
 // limit; what cannot fit is OutOfRange.
-func chooseImageSize(required, limit int64, params Params) (int64, error) {
+func chooseImageSize(required, limit int64, params volume.Params) (int64, error) {
 	size := required
 	if size == 0 {
-		size = DefaultImageSize
+		size = volume.DefaultImageSize
 		if limit != 0 && limit < size {
 			size = limit
 		}
@@ -74,12 +71,12 @@ func chooseImageSize(required, limit int64, params Params) (int64, error) {
 	if !aligned {
 		return 0, status.Errorf(codes.OutOfRange, "no whole number of 512-byte sectors lies between %d and %d bytes", required, limit)
 	}
-	opts, err := params.mkfsOptions(512)
+	opts, err := params.MkfsOptions(512)
 	if err != nil {
 		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	first := size
-	for size <= MaxImageSize && (limit == 0 || size <= limit) {
+	for size <= volume.MaxImageSize && (limit == 0 || size <= limit) {
 		_, err = mkfs.Plan(size, opts)
 		if err == nil {
 			return size, nil
@@ -97,7 +94,7 @@ func chooseImageSize(required, limit int64, params Params) (int64, error) {
 
 // create makes a sparse image of size bytes and formats it. The image appears under its
 // final name only once formatted, so a crash never leaves a volume without a file system.
-func (p *imagePool) create(name string, size int64, params Params) error {
+func (p *imagePool) create(name string, size int64, params volume.Params) error {
 	tmp := p.creatingPath(name)
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("image pool: %w", err)
@@ -111,7 +108,7 @@ func (p *imagePool) create(name string, size int64, params Params) error {
 		err = os.Rename(tmp, p.path(name))
 	}
 	if err == nil {
-		err = syncDir(p.dir)
+		err = volume.SyncDir(p.dir)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -125,7 +122,7 @@ func (p *imagePool) remove(name string) error {
 	if err := os.Remove(p.path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("image pool: %w", err)
 	}
-	return syncDir(p.dir)
+	return volume.SyncDir(p.dir)
 }
 
 // unwritten is how many bytes of an image are promised but not yet allocated on disk: what
@@ -150,8 +147,8 @@ func (p *imagePool) free() (int64, error) {
 // largestImage is the largest whole-MiB image up to upTo that the parameters can format: FAT12
 // and FAT16 (and a forced cluster size) stop well below what a disk may have free, and
 // GetCapacity should not promise what CreateVolume would answer with OutOfRange. 0 when none fits.
-func largestImage(upTo int64, params Params) int64 {
-	opts, err := params.mkfsOptions(512)
+func largestImage(upTo int64, params volume.Params) int64 {
+	opts, err := params.MkfsOptions(512)
 	if err != nil {
 		return 0
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/usbtest"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // probeManagers are a Manager that probes in this process and one that probes in prober
@@ -111,7 +112,7 @@ func TestProbeInProber(t *testing.T) {
 	}
 	// Formatting for a new volume: the FAT and blank sticks are formatted, the ext4 one is not,
 	// for the reason layout.Probe gives.
-	params, err := ParseParams(map[string]string{ParamPool: PoolUSB})
+	params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +312,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		}
 	})
 	t.Run("Format", func(t *testing.T) {
-		params, err := ParseParams(map[string]string{ParamPool: PoolUSB})
+		params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +424,7 @@ func TestProberCache(t *testing.T) {
 	if state, _, _ := prober.probeMedium(d); state != mediumFAT {
 		t.Fatalf("within %v of the last look: %s, want fat", probeCacheTTL, state)
 	}
-	params, err := ParseParams(map[string]string{ParamPool: PoolUSB, ParamWipe: "true", ParamLabel: "FRESH"})
+	params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true", volume.ParamLabel: "FRESH"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -45,7 +46,7 @@ type Manager struct {
 	images    imagePool
 	usb       *USBConfig
 	mounts    *mounts
-	locks     *inFlight
+	locks     *volume.Locks
 	// provision serializes choosing where a new volume goes with making it, so two creates
 	// cannot both count on the same free space or claim the same device.
 	provision sync.Mutex
@@ -54,17 +55,14 @@ type Manager struct {
 	layoutProbes layoutProbeCache
 
 	mu     sync.Mutex // guards state and served
-	state  *State
+	state  *volume.State
 	served map[string]*servedVolume // by volume name
 }
-
-// StateFile is the node-local state's file name in Config.StateDir.
-const StateFile = "state.json"
 
 // NewManager checks the configuration, makes the directories and reads the node-local state.
 // Call Restore next to serve what was staged before.
 func NewManager(cfg Config) (*Manager, error) {
-	if err := ValidateNodeID(cfg.NodeID); err != nil {
+	if err := volume.ValidateNodeID(cfg.NodeID); err != nil {
 		return nil, err
 	}
 	if cfg.TopologyKey == "" {
@@ -88,17 +86,17 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg:       cfg,
-		statePath: filepath.Join(cfg.StateDir, StateFile),
+		statePath: filepath.Join(cfg.StateDir, volume.StateFile),
 		images:    imagePool{dir: cfg.PoolDir, reserve: cfg.Reserve},
 		usb:       cfg.USB,
 		mounts:    newMounts(),
-		locks:     newInFlight(),
+		locks:     volume.NewLocks(),
 		served:    map[string]*servedVolume{},
 	}
 	if err := m.images.removeLeftovers(); err != nil {
 		return nil, err
 	}
-	st, err := loadState(m.statePath)
+	st, err := volume.LoadState(m.statePath)
 	if err != nil {
 		return nil, err
 	}
@@ -129,15 +127,15 @@ func (m *Manager) Probe() error {
 
 // lock takes the volume's lock, or answers Aborted while another operation holds it.
 func (m *Manager) lock(name, op string) (func(), error) {
-	if ok, holder := m.locks.tryLock(name, op); !ok {
+	if ok, holder := m.locks.TryLock(name, op); !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is in flight: %s", name, holder)
 	}
-	return func() { m.locks.unlock(name) }, nil
+	return func() { m.locks.Unlock(name) }, nil
 }
 
 // saveLocked writes the state; the caller holds m.mu.
 func (m *Manager) saveLocked() error {
-	if err := m.state.save(m.statePath); err != nil {
+	if err := m.state.Save(m.statePath); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	return nil
@@ -147,13 +145,13 @@ func (m *Manager) saveLocked() error {
 // InvalidArgument (the field is required); any other ID that does not parse is one this driver
 // could never have issued, so it names a volume that does not exist: NotFound, as the spec has
 // it for a missing volume. Such an ID never yields a name, so it never reaches a file path.
-func (m *Manager) ownID(volumeID string) (VolumeID, error) {
+func (m *Manager) ownID(volumeID string) (volume.ID, error) {
 	if volumeID == "" {
-		return VolumeID{}, status.Error(codes.InvalidArgument, "volume ID is missing")
+		return volume.ID{}, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	id, err := ParseVolumeID(volumeID)
+	id, err := volume.ParseID(volumeID)
 	if err != nil {
-		return VolumeID{}, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
+		return volume.ID{}, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
 	}
 	if id.Node != m.cfg.NodeID {
 		return id, status.Errorf(codes.NotFound, "volume %s lives on node %s, this is node %s", volumeID, id.Node, m.cfg.NodeID)
@@ -162,44 +160,44 @@ func (m *Manager) ownID(volumeID string) (VolumeID, error) {
 }
 
 // record returns a copy of the volume's record, or NotFound.
-func (m *Manager) record(id VolumeID) (VolumeRecord, error) {
+func (m *Manager) record(id volume.ID) (volume.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.state.Volumes[id.Name]
 	if !ok || v.ID != id.String() {
-		return VolumeRecord{}, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+		return volume.Record{}, status.Errorf(codes.NotFound, "volume %s does not exist", id)
 	}
 	return *v, nil
 }
 
 // Volume returns the record of the volume with this ID: InvalidArgument for an empty ID,
 // NotFound for any other that names no volume here.
-func (m *Manager) Volume(volumeID string) (VolumeRecord, error) {
+func (m *Manager) Volume(volumeID string) (volume.Record, error) {
 	id, err := m.ownID(volumeID)
 	if err != nil {
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	return m.record(id)
 }
 
 // CreateVolume makes the named volume, or returns it when it exists with a compatible size
 // and the same parameters (AlreadyExists otherwise).
-func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit int64, params Params) (VolumeRecord, error) {
+func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit int64, params volume.Params) (volume.Record, error) {
 	return m.createVolume(name, required, limit, params, m.claimUSB)
 }
 
 // claimFunc chooses and prepares the removable medium of a new volume: claimUSB picks the best
 // free one; discovery mode names the one it publishes.
-type claimFunc func(required, limit int64, params Params) (usbClaim, error)
+type claimFunc func(required, limit int64, params volume.Params) (usbClaim, error)
 
 // createVolume is CreateVolume with the way a removable medium is claimed given.
-func (m *Manager) createVolume(name string, required, limit int64, params Params, claim claimFunc) (VolumeRecord, error) {
-	if err := ValidateName(name); err != nil {
-		return VolumeRecord{}, status.Error(codes.InvalidArgument, err.Error())
+func (m *Manager) createVolume(name string, required, limit int64, params volume.Params, claim claimFunc) (volume.Record, error) {
+	if err := volume.ValidateName(name); err != nil {
+		return volume.Record{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	unlock, err := m.lock(name, "CreateVolume")
 	if err != nil {
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	defer unlock()
 
@@ -210,55 +208,55 @@ func (m *Manager) createVolume(name string, required, limit int64, params Params
 	if exists {
 		switch {
 		case existing.Ephemeral:
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume name %s is taken by an ephemeral inline volume", name)
 		case existing.Source != "":
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists, made from %s", name, existing.Source)
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists, made from %s", name, existing.Source)
 		case existing.Params != params:
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists with other parameters (%v)", name, existing.Params.Map())
 		case existing.Size < required || (limit != 0 && existing.Size > limit):
-			return VolumeRecord{}, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside %d..%d", name, existing.Size, required, limit)
+			return volume.Record{}, status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside %d..%d", name, existing.Size, required, limit)
 		}
 		return *existing, nil
 	}
-	if params.Pool == PoolUSB && m.usb == nil {
-		return VolumeRecord{}, status.Errorf(codes.InvalidArgument, "the usb pool is not enabled on node %s", m.cfg.NodeID)
+	if params.Pool == volume.PoolUSB && m.usb == nil {
+		return volume.Record{}, status.Errorf(codes.InvalidArgument, "the usb pool is not enabled on node %s", m.cfg.NodeID)
 	}
 
 	m.provision.Lock()
 	defer m.provision.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
 	}
-	rec := VolumeRecord{
-		ID:      VolumeID{Pool: params.Pool, Node: m.cfg.NodeID, Name: name}.String(),
+	rec := volume.Record{
+		ID:      volume.ID{Pool: params.Pool, Node: m.cfg.NodeID, Name: name}.String(),
 		Name:    name,
 		Params:  params,
 		Created: time.Now().UTC(),
 	}
 	switch params.Pool {
-	case PoolImage:
+	case volume.PoolImage:
 		size, err := chooseImageSize(required, limit, params)
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		if rec.MaxSize, err = growLimit(size, params); err != nil {
-			return VolumeRecord{}, status.Errorf(codes.OutOfRange, "volume %s of %d bytes: %v", name, size, err)
+			return volume.Record{}, status.Errorf(codes.OutOfRange, "volume %s of %d bytes: %v", name, size, err)
 		}
 		avail, err := m.imageCapacity()
 		if err != nil {
-			return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+			return volume.Record{}, status.Error(codes.Internal, err.Error())
 		}
 		if size > avail {
-			return VolumeRecord{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
+			return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
 		}
 		if err := m.images.create(name, size, params); err != nil {
-			return VolumeRecord{}, status.Error(codes.Internal, err.Error())
+			return volume.Record{}, status.Error(codes.Internal, err.Error())
 		}
 		rec.Size = size
-	case PoolUSB:
+	case volume.PoolUSB:
 		c, err := claim(required, limit, params)
 		if err != nil {
-			return VolumeRecord{}, err
+			return volume.Record{}, err
 		}
 		rec.Size, rec.Device, rec.Partition = c.size, c.dev.ID, c.partition
 	}
@@ -271,7 +269,7 @@ func (m *Manager) createVolume(name string, required, limit int64, params Params
 		if rec.Device == "" {
 			m.images.remove(name)
 		}
-		return VolumeRecord{}, err
+		return volume.Record{}, err
 	}
 	klog.InfoS("created volume", "volume", rec.ID, "size", rec.Size, "device", rec.Device, "partition", rec.Partition)
 	return rec, nil
@@ -284,7 +282,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 	if volumeID == "" {
 		return status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	id, err := ParseVolumeID(volumeID)
+	id, err := volume.ParseID(volumeID)
 	if err != nil {
 		klog.V(2).InfoS("deleting a volume whose ID this driver never issues: nothing to do", "volume", volumeID, "reason", err)
 		return nil
@@ -310,12 +308,12 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s; unstage it first", volumeID, staged.Path)
 	}
 	switch id.Pool {
-	case PoolImage:
+	case volume.PoolImage:
 		if err := m.images.remove(id.Name); err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-	case PoolUSB:
-		if rec.Params.Reclaim == ReclaimWipe {
+	case volume.PoolUSB:
+		if rec.Params.Reclaim == volume.ReclaimWipe {
 			if err := m.wipeUSB(rec); err != nil {
 				return err
 			}
@@ -333,7 +331,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 
 // wipeUSB leaves a fresh empty file system on a released device, or in the released partition
 // (wipePartition): never on the table or another partition.
-func (m *Manager) wipeUSB(rec VolumeRecord) error {
+func (m *Manager) wipeUSB(rec volume.Record) error {
 	if m.usb == nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: the usb pool is not enabled, so its device cannot be wiped", rec.ID)
 	}
@@ -361,7 +359,7 @@ func (m *Manager) wipeUSB(rec VolumeRecord) error {
 // Capacity is the largest volume that can still be made in the pool these parameters name:
 // for the image pool the free space of its file system less the reserve and less what the
 // images already made may still fill; for the USB pool the largest free device.
-func (m *Manager) Capacity(params Params) (int64, error) {
+func (m *Manager) Capacity(params volume.Params) (int64, error) {
 	m.mu.Lock()
 	count := len(m.state.Volumes)
 	m.mu.Unlock()
@@ -369,7 +367,7 @@ func (m *Manager) Capacity(params Params) (int64, error) {
 		return 0, nil
 	}
 	switch params.Pool {
-	case PoolUSB:
+	case volume.PoolUSB:
 		if m.usb == nil {
 			return 0, nil
 		}
@@ -401,11 +399,11 @@ func (m *Manager) imageCapacity() (int64, error) {
 		}
 	}
 	m.mu.Unlock()
-	return min(max(free-promised-m.images.reserve, 0), MaxImageSize), nil
+	return min(max(free-promised-m.images.reserve, 0), volume.MaxImageSize), nil
 }
 
 // devicePath is where a volume's bytes are now: its image, or its USB device's node.
-func (m *Manager) devicePath(rec VolumeRecord) (string, error) {
+func (m *Manager) devicePath(rec volume.Record) (string, error) {
 	if rec.Device == "" {
 		p := m.images.path(rec.Name)
 		if _, err := os.Stat(p); err != nil {
@@ -490,7 +488,7 @@ func (m *Manager) Release() {
 // ListVolumes returns this node's provisioned volumes in name order: those whose names sort
 // after the name after ("" for the start), at most limit of them (0 for all), and whether more
 // follow. Ephemeral inline volumes belong to their pods, not to the controller, and are left out.
-func (m *Manager) ListVolumes(after string, limit int) (recs []VolumeRecord, more bool) {
+func (m *Manager) ListVolumes(after string, limit int) (recs []volume.Record, more bool) {
 	m.mu.Lock()
 	for _, v := range m.state.Volumes {
 		if !v.Ephemeral && v.Name > after {
@@ -498,7 +496,7 @@ func (m *Manager) ListVolumes(after string, limit int) (recs []VolumeRecord, mor
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(recs, func(a, b VolumeRecord) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(recs, func(a, b volume.Record) int { return strings.Compare(a.Name, b.Name) })
 	if limit > 0 && len(recs) > limit {
 		return recs[:limit], true
 	}

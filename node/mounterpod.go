@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // MounterPod serves each volume in a pod of its own on this node, created through the API: the
@@ -108,7 +109,7 @@ func (c *PodConfig) podSocket(uid types.UID) string {
 // mounterPodSpec is the pod serving one volume: on this node, unprivileged and admissible under
 // the restricted Pod Security level, critical, tolerating every taint, with nothing from the
 // host: its descriptors arrive over the socket in its emptyDir.
-func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
+func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
 	c := m.cfg.Mounter.Pod
 	yes, no := true, false
 	user := int64(nobody)
@@ -200,8 +201,8 @@ func (m *Manager) mounterPodSpec(rec VolumeRecord) *corev1.Pod {
 }
 
 // imageInMemory tells whether the volume is an image in a pool on tmpfs or ramfs.
-func (m *Manager) imageInMemory(rec VolumeRecord) bool {
-	if rec.Params.Pool != PoolImage {
+func (m *Manager) imageInMemory(rec volume.Record) bool {
+	if rec.Params.Pool != volume.PoolImage {
 		return false
 	}
 	var st unix.Statfs_t
@@ -212,7 +213,7 @@ func (m *Manager) imageInMemory(rec VolumeRecord) bool {
 }
 
 // startMounterPod creates the pod serving a volume and waits until it listens.
-func (m *Manager) startMounterPod(rec VolumeRecord) (*mounterProc, error) {
+func (m *Manager) startMounterPod(rec volume.Record) (*mounterProc, error) {
 	c := m.cfg.Mounter.Pod
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	pod, err := c.Pods(c.Namespace).Create(ctx, m.mounterPodSpec(rec), metav1.CreateOptions{})

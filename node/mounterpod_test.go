@@ -3,6 +3,7 @@ package node
 import (
 	"testing"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,7 +20,7 @@ func TestMounterPodSpec(t *testing.T) {
 		cache int64
 		limit string
 	}{{0, "224Mi"}, {256 << 20, "416Mi"}} {
-		rec := VolumeRecord{ID: "image:worker-1:pvc-1", Name: "pvc-1", Params: Params{CacheBytes: c.cache}}
+		rec := volume.Record{ID: "image:worker-1:pvc-1", Name: "pvc-1", Params: volume.Params{CacheBytes: c.cache}}
 		pod := m.mounterPodSpec(rec)
 		if pod.Spec.NodeName != "worker-1" || pod.Namespace != "csi-fat" || pod.Annotations[mounterVolumeAnnot] != rec.ID {
 			t.Errorf("pod on %q in %q for %q", pod.Spec.NodeName, pod.Namespace, pod.Annotations[mounterVolumeAnnot])
@@ -56,7 +57,7 @@ func TestMounterPodLimitTmpfsPool(t *testing.T) {
 	m := &Manager{cfg: Config{NodeID: "n", PoolDir: pool, Mounter: MounterConfig{Mode: MounterPod, Pod: &PodConfig{
 		Namespace: "ns", Image: "img", KubeletDir: "/var/lib/kubelet", MemoryOverhead: resource.MustParse("160Mi"),
 	}}}}
-	rec := VolumeRecord{ID: "image:n:v", Name: "v", Size: 1 << 30, MaxSize: 2 << 30, Params: Params{Pool: PoolImage}}
+	rec := volume.Record{ID: "image:n:v", Name: "v", Size: 1 << 30, MaxSize: 2 << 30, Params: volume.Params{Pool: volume.PoolImage}}
 	got := m.mounterPodSpec(rec).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
 	if want := resource.MustParse("2272Mi"); got.Cmp(want) != 0 {
 		t.Errorf("limit %s, want %s (160Mi + 64Mi cache + 2Gi the volume may grow to)", got.String(), want.String())

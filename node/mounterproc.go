@@ -24,6 +24,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // Where FUSE servers run.
@@ -115,19 +116,8 @@ type mounterProc struct {
 	why      string // how it ended
 }
 
-// MounterRecord is the mounter serving a staged volume, in the node state.
-type MounterRecord struct {
-	PID    int    `json:"pid"`
-	Socket string `json:"socket"`
-	Log    string `json:"log,omitempty"`
-	// A mounter pod's namespace, name and UID.
-	Namespace string `json:"namespace,omitempty"`
-	Pod       string `json:"pod,omitempty"`
-	PodUID    string `json:"podUID,omitempty"`
-}
-
-func (p *mounterProc) record() *MounterRecord {
-	r := &MounterRecord{PID: p.pid, Socket: p.socket, Log: p.logPath}
+func (p *mounterProc) record() *volume.MounterRecord {
+	r := &volume.MounterRecord{PID: p.pid, Socket: p.socket, Log: p.logPath}
 	if p.pod != nil {
 		r.Namespace, r.Pod, r.PodUID = p.pod.namespace, p.pod.name, string(p.pod.uid)
 	}
@@ -143,7 +133,7 @@ func (p *mounterProc) String() string {
 }
 
 // recordedMounter is the mounter a record names.
-func (m *Manager) recordedMounter(r *MounterRecord, volume string) *mounterProc {
+func (m *Manager) recordedMounter(r *volume.MounterRecord, volume string) *mounterProc {
 	p := &mounterProc{volume: volume, socket: r.Socket, logPath: r.Log, pid: r.PID, gone: make(chan struct{})}
 	if r.PodUID != "" {
 		p.pod = &podRef{namespace: r.Namespace, name: r.Pod, uid: types.UID(r.PodUID)}
@@ -268,7 +258,7 @@ func (m *Manager) mounterSocket(name string) (socket, logPath string, err error)
 const unixPathMax = 107
 
 // startMounter starts a mounter for the volume, a pod or a process as configured.
-func (m *Manager) startMounter(rec VolumeRecord) (*mounterProc, error) {
+func (m *Manager) startMounter(rec volume.Record) (*mounterProc, error) {
 	if m.cfg.Mounter.Mode == MounterPod {
 		return m.startMounterPod(rec)
 	}
@@ -279,7 +269,7 @@ func (m *Manager) startMounter(rec VolumeRecord) (*mounterProc, error) {
 // does not end it), as an unprivileged user with no capabilities, listening on a socket this
 // process creates (the mounter may not create files in the state directory) and logging to a
 // file this process opens.
-func (m *Manager) spawnMounter(rec VolumeRecord) (*mounterProc, error) {
+func (m *Manager) spawnMounter(rec volume.Record) (*mounterProc, error) {
 	socket, logPath, err := m.mounterSocket(rec.Name)
 	if err != nil {
 		return nil, err
@@ -457,7 +447,7 @@ func mounterCode(err error) codes.Code {
 // path with the options the check leaves, and hands the device and the FUSE descriptor to the
 // mounter, which serves them. This process then closes its copies: a FUSE descriptor nobody
 // serves would make applications hang instead of fail.
-func (m *Manager) serveInMounter(rec VolumeRecord, devPath string, st *StageRecord) (*servedVolume, error) {
+func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.StageRecord) (*servedVolume, error) {
 	optString, err := mountOptionString(st.MountFlags, st.MountGroup, st.ReadOnly)
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -624,7 +614,7 @@ func (p *mounterProc) remove() {
 
 // adoptMounter takes over the mounter an earlier plugin process started for a staged volume,
 // if it is alive and serving at the staging path.
-func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume, error) {
+func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*servedVolume, error) {
 	p := m.recordedMounter(st.Mounter, rec.ID)
 	if p.pod != nil && p.podCfg == nil {
 		return nil, fmt.Errorf("the mounter is pod %s, and this plugin has no API client (--mounter)", p.pod)
@@ -648,7 +638,7 @@ func (m *Manager) adoptMounter(rec VolumeRecord, st *StageRecord) (*servedVolume
 }
 
 // dropMounter ends a recorded mounter that cannot be adopted: it is told to stop, or killed.
-func (m *Manager) dropMounter(r *MounterRecord, volume string) {
+func (m *Manager) dropMounter(r *volume.MounterRecord, volume string) {
 	p := m.recordedMounter(r, volume)
 	_, err := p.call(&protocol.Request{Op: protocol.OpStop}, time.Second)
 	switch {

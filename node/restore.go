@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	"k8s.io/klog/v2"
 )
 
@@ -18,15 +19,15 @@ import (
 // is retried with the device back.
 func (m *Manager) Restore() error {
 	m.mu.Lock()
-	volumes := map[string]VolumeRecord{}
+	volumes := map[string]volume.Record{}
 	for name, v := range m.state.Volumes {
 		volumes[name] = *v
 	}
-	staged := map[string]StageRecord{}
+	staged := map[string]volume.StageRecord{}
 	for name, st := range m.state.Staged {
 		staged[name] = *st
 	}
-	published := map[string]PublishRecord{}
+	published := map[string]volume.PublishRecord{}
 	for target, p := range m.state.Published {
 		published[target] = *p
 	}
@@ -37,7 +38,7 @@ func (m *Manager) Restore() error {
 		rec, ok := volumes[name]
 		if !ok {
 			klog.InfoS("dropping the staging record of a volume that no longer exists", "name", name, "path", st.Path)
-			m.forget(func(s *State) { delete(s.Staged, name) }, st.Path)
+			m.forget(func(s *volume.State) { delete(s.Staged, name) }, st.Path)
 			continue
 		}
 		if st.Mounter != nil {
@@ -61,7 +62,7 @@ func (m *Manager) Restore() error {
 		rec, exists := volumes[pub.Name]
 		if !exists || !ok {
 			klog.InfoS("dropping the publish record of a volume that is not staged", "name", pub.Name, "target", target)
-			m.forget(func(s *State) { delete(s.Published, target) }, target)
+			m.forget(func(s *volume.State) { delete(s.Published, target) }, target)
 			continue
 		}
 		m.mu.Lock()
@@ -88,7 +89,7 @@ func (m *Manager) Restore() error {
 }
 
 // forget drops a record and removes any mount left at path.
-func (m *Manager) forget(drop func(*State), path string) {
+func (m *Manager) forget(drop func(*volume.State), path string) {
 	if err := m.mounts.detachAll(path); err != nil {
 		klog.ErrorS(err, "removing a stale mount", "path", path)
 	}

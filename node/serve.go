@@ -18,6 +18,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // servedVolume is a staged volume: the engine open on its device, served through FUSE at the
@@ -91,8 +92,8 @@ func mountOptionString(flags []string, group string, readOnly bool) (string, err
 func volumeOptions(opts fatfuse.Options, mode string, cacheBytes int64) fatvol.Options {
 	vo := opts.VolumeOptions()
 	vo.CacheBytes = cacheBytes
-	vo.Flush = mode == ModeFlush || opts.Flush
-	vo.Sync = mode == ModeSync || opts.Sync
+	vo.Flush = mode == volume.ModeFlush || opts.Flush
+	vo.Sync = mode == volume.ModeSync || opts.Sync
 	vo.Logger = engineLogger()
 	return vo
 }
@@ -101,7 +102,7 @@ func volumeOptions(opts fatfuse.Options, mode string, cacheBytes int64) fatvol.O
 func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Background())) }
 
 // serveVolume opens the device at devicePath and serves the file system in it (in the partition
-// that partition names, see VolumeRecord.Partition) at stagingPath. The device is
+// that partition names, see volume.Record.Partition) at stagingPath. The device is
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
@@ -154,7 +155,7 @@ type opener func(blockdev.Claim) (*blockdev.File, error)
 // staged, the holder is that volume's server, whose claim on the whole device keeps the host off
 // every partition: this one is then opened beside it (blockdev.Beside, or Shared to read only),
 // each server writing only inside its own partition's window.
-func (m *Manager) stagingOpener(rec VolumeRecord, devPath string) opener {
+func (m *Manager) stagingOpener(rec volume.Record, devPath string) opener {
 	return func(claim blockdev.Claim) (*blockdev.File, error) {
 		f, err := blockdev.OpenClaimed(devPath, claim)
 		if errors.Is(err, blockdev.ErrInUse) && rec.Partition != "" && m.siblingStaged(rec) {
@@ -170,7 +171,7 @@ func (m *Manager) stagingOpener(rec VolumeRecord, devPath string) opener {
 }
 
 // siblingStaged tells whether another volume on rec's device is staged.
-func (m *Manager) siblingStaged(rec VolumeRecord) bool {
+func (m *Manager) siblingStaged(rec volume.Record) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name := range m.state.Staged {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -69,10 +70,10 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 		return nil, err
 	}
 	mnt := req.GetVolumeCapability().GetMount()
-	want := StageRecord{
+	want := volume.StageRecord{
 		Path:       filepath.Clean(req.GetStagingTargetPath()),
 		ReadOnly:   readOnlyMode(req.GetVolumeCapability()),
-		MountFlags: rec.Params.stageFlags(mnt.GetMountFlags()),
+		MountFlags: rec.Params.StageFlags(mnt.GetMountFlags()),
 		MountGroup: mnt.GetVolumeMountGroup(),
 		AccessMode: int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
 	}
@@ -99,13 +100,13 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-func sameStage(a, b *StageRecord) bool {
+func sameStage(a, b *volume.StageRecord) bool {
 	return a.Path == b.Path && a.ReadOnly == b.ReadOnly && a.MountGroup == b.MountGroup &&
 		a.AccessMode == b.AccessMode && slices.Equal(a.MountFlags, b.MountFlags)
 }
 
 // stage mounts the volume at st.Path and records it. The caller holds the volume's lock.
-func (m *Manager) stage(rec VolumeRecord, st *StageRecord) error {
+func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 	opts, err := mountOptions(st.MountFlags, st.MountGroup, st.ReadOnly)
 	if err != nil {
 		return invalid("%v", err)
@@ -202,7 +203,7 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	_, missing := m.record(id)
 	m.mu.Lock()
 	st := m.state.Staged[id.Name]
-	targets := m.state.targetsOf(id.Name)
+	targets := m.state.TargetsOf(id.Name)
 	sv := m.served[id.Name]
 	m.mu.Unlock()
 	if missing != nil {
@@ -292,7 +293,7 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	m.mu.Lock()
 	st := m.state.Staged[id.Name]
 	have := m.state.Published[target]
-	others := m.state.targetsOf(id.Name)
+	others := m.state.TargetsOf(id.Name)
 	sv := m.served[id.Name]
 	m.mu.Unlock()
 	if st == nil || st.Path != staging {
@@ -358,7 +359,7 @@ func (m *Manager) publish(id, name, staging, target string, readOnly bool) error
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.state.Published[target] = &PublishRecord{Name: name, ReadOnly: readOnly}
+	m.state.Published[target] = &volume.PublishRecord{Name: name, ReadOnly: readOnly}
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Published, target)
 		m.mounts.unmount(target)
@@ -380,7 +381,7 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 		// Unmounting there would take a staged volume away from under its targets.
 		return nil, invalid("target path %s overlaps where a volume is staged", req.GetTargetPath())
 	}
-	if _, err := ParseVolumeID(req.GetVolumeId()); err != nil || s.m.isEphemeralID(req.GetVolumeId()) {
+	if _, err := volume.ParseID(req.GetVolumeId()); err != nil || s.m.isEphemeralID(req.GetVolumeId()) {
 		// An inline volume's ID, the CO's own, or an ID of none.
 		return s.unpublishEphemeral(req.GetVolumeId(), filepath.Clean(req.GetTargetPath()))
 	}
@@ -421,7 +422,7 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 
 // unbind writes the volume back, unmounts the target, removes it and drops its record (pub, when
 // there is one). volume names the volume in errors and logs. The caller holds the volume's lock.
-func (m *Manager) unbind(volume, target string, pub *PublishRecord, sv *servedVolume) error {
+func (m *Manager) unbind(volume, target string, pub *volume.PublishRecord, sv *servedVolume) error {
 	if pub != nil && sv != nil && !sv.gone() {
 		if err := sv.sync(); err != nil {
 			klog.ErrorS(err, "writing back before unpublishing", "volume", volume)

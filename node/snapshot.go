@@ -10,27 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
-
-// SnapshotRecord is a snapshot in the image pool's snapshots directory: a point-in-time copy of
-// a volume of this node (an image volume, or a USB stick: a backup), an image file of its own.
-type SnapshotRecord struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	// Source is the ID of the volume it was taken of, which may be gone since.
-	Source string `json:"source"`
-	// Size is the source volume's size: the least a volume restored from it has.
-	Size int64 `json:"size"`
-	// MaxSize is the size the source's file system can grow to in place (VolumeRecord.MaxSize),
-	// which a volume restored from it inherits with the file system; 0 when it cannot grow.
-	MaxSize int64     `json:"maxSize,omitempty"`
-	Created time.Time `json:"created"`
-	// Ready is set once the copy is whole; a snapshot being taken is recorded without it.
-	Ready bool `json:"ready"`
-}
 
 // snapshotsDir is the image pool's subdirectory of snapshots.
 const snapshotsDir = "snapshots"
@@ -56,13 +40,13 @@ const opRestore = "CreateVolume from it"
 // snapshot: then the snapshot is in use, FailedPrecondition as the spec has it.
 func (m *Manager) lockSnapshot(name, op string) (func(), error) {
 	key := snapshotLock(name)
-	if ok, holder := m.locks.tryLock(key, op); !ok {
+	if ok, holder := m.locks.TryLock(key, op); !ok {
 		if op == "DeleteSnapshot" && holder == opRestore {
 			return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s is in use: a volume is being restored from it; delete it once that is done", name)
 		}
 		return nil, status.Errorf(codes.Aborted, "an operation on snapshot %s is in flight: %s", name, holder)
 	}
-	return func() { m.locks.unlock(key) }, nil
+	return func() { m.locks.Unlock(key) }, nil
 }
 
 // dropUnfinishedSnapshots removes what a crash left of snapshots being taken: their half-made
@@ -95,13 +79,13 @@ func (m *Manager) dropUnfinishedSnapshots() error {
 
 // ownSnapshotID parses a snapshot ID of this node: NotFound for any ID this node could never have
 // issued (another form, another node), InvalidArgument for an empty one.
-func (m *Manager) ownSnapshotID(snapshotID string) (SnapshotID, error) {
+func (m *Manager) ownSnapshotID(snapshotID string) (volume.SnapshotID, error) {
 	if snapshotID == "" {
-		return SnapshotID{}, status.Error(codes.InvalidArgument, "snapshot ID is missing")
+		return volume.SnapshotID{}, status.Error(codes.InvalidArgument, "snapshot ID is missing")
 	}
-	id, err := ParseSnapshotID(snapshotID)
+	id, err := volume.ParseSnapshotID(snapshotID)
 	if err != nil {
-		return SnapshotID{}, status.Errorf(codes.NotFound, "snapshot %q does not exist: %v", snapshotID, err)
+		return volume.SnapshotID{}, status.Errorf(codes.NotFound, "snapshot %q does not exist: %v", snapshotID, err)
 	}
 	if id.Node != m.cfg.NodeID {
 		return id, status.Errorf(codes.NotFound, "snapshot %s lives on node %s, this is node %s", snapshotID, id.Node, m.cfg.NodeID)
@@ -110,12 +94,12 @@ func (m *Manager) ownSnapshotID(snapshotID string) (SnapshotID, error) {
 }
 
 // snapshot returns a copy of the ready snapshot's record, or NotFound.
-func (m *Manager) snapshot(id SnapshotID) (SnapshotRecord, error) {
+func (m *Manager) snapshot(id volume.SnapshotID) (volume.SnapshotRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.state.Snapshots[id.Name]
 	if !ok || s.ID != id.String() || !s.Ready {
-		return SnapshotRecord{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", id)
+		return volume.SnapshotRecord{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", id)
 	}
 	return *s, nil
 }
@@ -123,16 +107,16 @@ func (m *Manager) snapshot(id SnapshotID) (SnapshotRecord, error) {
 // CreateSnapshot takes a snapshot of the volume sourceID under name, or returns the snapshot of
 // that name when it was taken of the same volume (AlreadyExists for another). The copy is made
 // before it returns, so the snapshot is ready then.
-func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (SnapshotRecord, error) {
-	if err := validateToken("snapshot name", name, MaxNameLength); err != nil {
-		return SnapshotRecord{}, status.Error(codes.InvalidArgument, err.Error())
+func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (volume.SnapshotRecord, error) {
+	if err := volume.ValidateToken("snapshot name", name, volume.MaxNameLength); err != nil {
+		return volume.SnapshotRecord{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if sourceID == "" {
-		return SnapshotRecord{}, status.Error(codes.InvalidArgument, "source volume ID is missing")
+		return volume.SnapshotRecord{}, status.Error(codes.InvalidArgument, "source volume ID is missing")
 	}
 	unlock, err := m.lockSnapshot(name, "CreateSnapshot")
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	defer unlock()
 	m.mu.Lock()
@@ -140,24 +124,24 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 	m.mu.Unlock()
 	if existing != nil {
 		if existing.Source != sourceID {
-			return SnapshotRecord{}, status.Errorf(codes.AlreadyExists, "snapshot %s exists of volume %s, not of %s", existing.ID, existing.Source, sourceID)
+			return volume.SnapshotRecord{}, status.Errorf(codes.AlreadyExists, "snapshot %s exists of volume %s, not of %s", existing.ID, existing.Source, sourceID)
 		}
 		return *existing, nil
 	}
 	vid, err := m.ownID(sourceID)
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	rec, err := m.record(vid)
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	if rec.Ephemeral {
-		return SnapshotRecord{}, status.Errorf(codes.NotFound, "volume %s is an inline volume of a pod, not one the controller knows", sourceID)
+		return volume.SnapshotRecord{}, status.Errorf(codes.NotFound, "volume %s is an inline volume of a pod, not one the controller knows", sourceID)
 	}
 	unlockSource, err := m.lock(vid.Name, "CreateSnapshot")
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	defer unlockSource()
 
@@ -165,14 +149,14 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 	defer m.provision.Unlock()
 	budget, err := m.copyBudget(rec)
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	length, err := m.copyLength(rec)
 	if err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
-	snap := SnapshotRecord{
-		ID:      SnapshotID{Node: m.cfg.NodeID, Name: name}.String(),
+	snap := volume.SnapshotRecord{
+		ID:      volume.SnapshotID{Node: m.cfg.NodeID, Name: name}.String(),
 		Name:    name,
 		Source:  rec.ID,
 		Size:    length,
@@ -181,20 +165,20 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 	}
 	// Recorded before the copy, not ready: ListSnapshots shows it as it is taken.
 	if err := m.putSnapshot(&snap); err != nil {
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	how, err := makeCopy(m.snapshotCreatingPath(name), m.snapshotPath(name), length, func(dst *os.File) (copied, error) {
 		return m.copyVolume(rec, dst, budget)
 	})
 	if err != nil {
 		m.dropSnapshot(name)
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	snap.Ready = true
 	if err := m.putSnapshot(&snap); err != nil {
 		os.Remove(m.snapshotPath(name))
 		m.dropSnapshot(name)
-		return SnapshotRecord{}, err
+		return volume.SnapshotRecord{}, err
 	}
 	klog.InfoS("took snapshot", "snapshot", snap.ID, "volume", rec.ID, "size", rec.Size, "reflink", how.Reflinked, "written", how.Written, "held", how.held)
 	return snap, nil
@@ -203,7 +187,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (Sn
 // copyBudget checks that the image pool has room for a copy of the volume (what its image holds;
 // a stick's content is not known before it is read) and returns the room there is, which bounds
 // the copy.
-func (m *Manager) copyBudget(rec VolumeRecord) (int64, error) {
+func (m *Manager) copyBudget(rec volume.Record) (int64, error) {
 	avail, err := m.imageCapacity()
 	if err != nil {
 		return 0, status.Error(codes.Internal, err.Error())
@@ -256,7 +240,7 @@ func makeCopy(tmp, final string, size int64, fill func(dst *os.File) (copied, er
 	if err == nil {
 		if rerr := os.Rename(tmp, final); rerr != nil {
 			err = status.Errorf(codes.Internal, "image pool: %v", rerr)
-		} else if serr := syncDir(filepath.Dir(final)); serr != nil {
+		} else if serr := volume.SyncDir(filepath.Dir(final)); serr != nil {
 			os.Remove(final)
 			err = status.Errorf(codes.Internal, "image pool: %v", serr)
 		}
@@ -268,7 +252,7 @@ func makeCopy(tmp, final string, size int64, fill func(dst *os.File) (copied, er
 	return how, nil
 }
 
-func (m *Manager) putSnapshot(s *SnapshotRecord) error {
+func (m *Manager) putSnapshot(s *volume.SnapshotRecord) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old := m.state.Snapshots[s.Name]
@@ -302,7 +286,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	if snapshotID == "" {
 		return status.Error(codes.InvalidArgument, "snapshot ID is missing")
 	}
-	id, err := ParseSnapshotID(snapshotID)
+	id, err := volume.ParseSnapshotID(snapshotID)
 	if err != nil {
 		klog.V(2).InfoS("deleting a snapshot whose ID this driver never issues: nothing to do", "snapshot", snapshotID, "reason", err)
 		return nil
@@ -324,7 +308,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	if err := os.Remove(m.snapshotPath(id.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return status.Errorf(codes.Internal, "delete snapshot %s: %v", snapshotID, err)
 	}
-	if err := syncDir(m.snapshotDir()); err != nil {
+	if err := volume.SyncDir(m.snapshotDir()); err != nil {
 		return status.Errorf(codes.Internal, "delete snapshot %s: %v", snapshotID, err)
 	}
 	m.mu.Lock()
@@ -345,7 +329,7 @@ type SnapshotFilter struct {
 // ListSnapshots returns this node's snapshots that pass the filter, in name order: those whose
 // names sort after the name after ("" for the start), at most limit of them (0 for all), and
 // whether more follow. Snapshots being taken are listed, not ready.
-func (m *Manager) ListSnapshots(filter SnapshotFilter, after string, limit int) (recs []SnapshotRecord, more bool) {
+func (m *Manager) ListSnapshots(filter SnapshotFilter, after string, limit int) (recs []volume.SnapshotRecord, more bool) {
 	m.mu.Lock()
 	for _, s := range m.state.Snapshots {
 		if s.Name > after && (filter.ID == "" || s.ID == filter.ID) && (filter.Source == "" || s.Source == filter.Source) {
@@ -353,7 +337,7 @@ func (m *Manager) ListSnapshots(filter SnapshotFilter, after string, limit int) 
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(recs, func(a, b SnapshotRecord) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(recs, func(a, b volume.SnapshotRecord) int { return strings.Compare(a.Name, b.Name) })
 	if limit > 0 && len(recs) > limit {
 		return recs[:limit], true
 	}

@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // condition judges a served volume's health: its device still there and answering, its mount
 // alive at path.
-func (m *Manager) condition(rec VolumeRecord, h health, path string) (abnormal bool, msg string) {
+func (m *Manager) condition(rec volume.Record, h health, path string) (abnormal bool, msg string) {
 	if rec.Device != "" && m.usb != nil {
 		if _, err := m.usb.findUSB(rec.Device); err != nil {
 			return true, fmt.Sprintf("removable medium %s has disappeared: %v", rec.Device, err)

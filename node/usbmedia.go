@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/csi-fat/csi-fat/fatvol/layout"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // The removable-media pool's view of each device it looks at, so that why a stick is not used
@@ -187,7 +188,7 @@ func describeProbe(pr *mediumProbe, err error) (state, content, reason string) {
 	case r.Blank:
 		return mediumBlank, "", "blank: formatted for a new volume"
 	}
-	reason = r.Reason + " (" + ParamWipe + "=true formats it)"
+	reason = r.Reason + " (" + volume.ParamWipe + "=true formats it)"
 	switch {
 	case r.Whole != nil:
 		return mediumForeign, r.Whole.Type, reason

@@ -14,6 +14,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // freeUSB lists the devices a new volume may claim, or a partition of: allowed by the lists, not
@@ -51,7 +52,7 @@ type usbClaim struct {
 // smallest device) whose size lies in [required, limit] and prepares it: with adopt its file
 // system is checked and kept, else the device is formatted. The caller holds m.provision, so no
 // two volumes claim one device or partition.
-func (m *Manager) claimUSB(required, limit int64, params Params) (usbClaim, error) {
+func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClaim, error) {
 	free, claims, skipped, err := m.freeUSB()
 	if err != nil {
 		return usbClaim{}, status.Error(codes.Internal, err.Error())
@@ -59,7 +60,7 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbClaim, erro
 	var why []string
 	fits := func(size int64) bool { return size >= required && (limit == 0 || size <= limit) }
 	for _, d := range free {
-		if miss := params.selection.mismatch(d); miss != "" {
+		if miss := selectionMismatch(params.Selection, d); miss != "" {
 			why = append(why, fmt.Sprintf("%s: %s", d.ID, miss))
 			continue
 		}
@@ -106,7 +107,7 @@ func (m *Manager) claimUSB(required, limit int64, params Params) (usbClaim, erro
 // it is a superfloppy (or unclaimed and holding no table: the check says what is wrong), else the
 // first FAT partition that no volume claims, that the partition parameter names, whose size fits
 // and whose file system is whole. It returns nil and the reasons when there is none.
-func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) bool, params Params) (*usbClaim, []string) {
+func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) bool, params volume.Params) (*usbClaim, []string) {
 	probe, err := m.probeDevice(d)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
@@ -118,7 +119,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 			// Volumes hold partitions of a table that is gone: leave the device alone.
 			return nil, []string{fmt.Sprintf("%s: volumes hold its partitions (%s), but it has no partition table now", d.ID, claims.volumes())}
 		case params.Partition != "":
-			return nil, []string{fmt.Sprintf("%s: %s=%s, but it has no partition table (%s)", d.ID, ParamPartition, params.Partition, probeSummary(probe))}
+			return nil, []string{fmt.Sprintf("%s: %s=%s, but it has no partition table (%s)", d.ID, volume.ParamPartition, params.Partition, probeSummary(probe))}
 		case !fits(d.Size):
 			return nil, []string{fmt.Sprintf("%s: %d bytes", d.ID, d.Size)}
 		}
@@ -126,7 +127,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 		if err != nil {
 			return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
 		}
-		if miss := params.selection.labelMismatch(label); miss != "" {
+		if miss := params.Selection.LabelMismatch(label); miss != "" {
 			return nil, []string{fmt.Sprintf("%s: %s", d.ID, miss)}
 		}
 		return &usbClaim{dev: d, size: d.Size, label: label}, nil
@@ -140,7 +141,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 			why = append(why, fmt.Sprintf("%s: claimed by volume %s", name, v))
 			continue
 		}
-		if miss := partitionMismatch(params.Partition, p); miss != "" {
+		if miss := volume.PartitionMismatch(params.Partition, p); miss != "" {
 			why = append(why, fmt.Sprintf("%s: %s", name, miss))
 			continue
 		}
@@ -153,7 +154,7 @@ func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) b
 			why = append(why, fmt.Sprintf("%s: not adoptable: %v", name, err))
 			continue
 		}
-		if miss := params.selection.labelMismatch(label); miss != "" {
+		if miss := params.Selection.LabelMismatch(label); miss != "" {
 			why = append(why, fmt.Sprintf("%s: %s", name, miss))
 			continue
 		}
@@ -183,8 +184,8 @@ func (m *Manager) probeDevice(d usbDevice) (*mediumProbe, error) {
 // formattedSize is the size of the file system a format with these parameters leaves on a
 // device of size bytes: all of it, or with layout=mbr all but the first MiB (counted in 512-byte
 // sectors: a device of larger sectors loses no more).
-func formattedSize(size int64, params Params) int64 {
-	if params.layoutKind() == layout.MBR {
+func formattedSize(size int64, params volume.Params) int64 {
+	if params.LayoutKind() == layout.MBR {
 		return max(min(size-1<<20, 0xFFFFFFFF*512), 0)
 	}
 	return size
@@ -192,7 +193,7 @@ func formattedSize(size int64, params Params) int64 {
 
 // formatDevice writes a fresh empty file system on the device (over the whole of it, or in an
 // MBR's one partition with layout=mbr), claimed (O_EXCL) while it does.
-func formatDevice(path string, params Params) error {
+func formatDevice(path string, params volume.Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return err
@@ -207,13 +208,13 @@ func formatDevice(path string, params Params) error {
 type foreignError struct{ reason string }
 
 func (e *foreignError) Error() string {
-	return fmt.Sprintf("not formatted: %s (%s=true formats it)", e.reason, ParamWipe)
+	return fmt.Sprintf("not formatted: %s (%s=true formats it)", e.reason, volume.ParamWipe)
 }
 
 // formatNewDevice formats a free device for a new volume, claimed (O_EXCL) from the look at
 // what it holds to the end of the format: a FAT one or a blank one, and anything with wipe=true;
 // else a *foreignError and nothing written.
-func (m *Manager) formatNewDevice(path string, params Params) (layout.Partition, error) {
+func (m *Manager) formatNewDevice(path string, params volume.Params) (layout.Partition, error) {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return layout.Partition{}, err
@@ -235,11 +236,11 @@ func (m *Manager) formatNewDevice(path string, params Params) (layout.Partition,
 // formatAndClose formats dev with the StorageClass parameters (in the layout they name: the
 // whole device, or one FAT partition of an MBR), then closes it. It returns where the file
 // system went: the whole device (number 0), or the MBR's partition.
-func formatAndClose(dev *blockdev.File, params Params) (layout.Partition, error) {
-	opts, err := params.mkfsOptions(dev.LogicalBlockSize())
+func formatAndClose(dev *blockdev.File, params volume.Params) (layout.Partition, error) {
+	opts, err := params.MkfsOptions(dev.LogicalBlockSize())
 	var part layout.Partition
 	if err == nil {
-		_, part, err = layout.Format(dev, params.layoutKind(), opts)
+		_, part, err = layout.Format(dev, params.LayoutKind(), opts)
 	}
 	if cerr := dev.Close(); err == nil {
 		err = cerr

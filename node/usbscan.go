@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // USBConfig says where to look for removable media (USB disks, SD/MMC cards, and any block
@@ -128,7 +130,7 @@ func (c *USBConfig) scanSeen() ([]seenDevice, error) {
 		patterns []string
 	}{{byID, c.IncludeByID}, {byPath, c.IncludeByPath}} {
 		for real, links := range m.links {
-			if matchAny(m.patterns, links) && strings.HasPrefix(real, c.DevDir+"/") {
+			if volume.MatchAny(m.patterns, links) && strings.HasPrefix(real, c.DevDir+"/") {
 				names[filepath.Base(real)] = true // a partition has no /sys/block entry: probe says so
 			}
 		}
@@ -196,7 +198,7 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 	}
 	sectors, _ := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
 	d.Size = max(sectors, 0) * 512 // sysfs counts 512-byte sectors whatever the device's block size
-	included := matchAny(c.IncludeByID, d.ByID) || matchAny(c.IncludeByPath, d.ByPath)
+	included := volume.MatchAny(c.IncludeByID, d.ByID) || volume.MatchAny(c.IncludeByPath, d.ByPath)
 	dev, err := filepath.EvalSymlinks(filepath.Join(sys, "device"))
 	usb := err == nil && onUSBBus(dev)
 	mmc := err == nil && onMMCBus(dev)
@@ -342,28 +344,17 @@ func (c *USBConfig) allowed(d *usbDevice) bool {
 	}
 	anyAllow, allowedByOne := false, false
 	for _, r := range rules {
-		if matchAny(r.deny, r.values) {
+		if volume.MatchAny(r.deny, r.values) {
 			return false
 		}
 		if len(r.allow) > 0 {
 			anyAllow = true
-			if matchAny(r.allow, r.values) {
+			if volume.MatchAny(r.allow, r.values) {
 				allowedByOne = true
 			}
 		}
 	}
 	return !anyAllow || allowedByOne
-}
-
-func matchAny(patterns, values []string) bool {
-	for _, p := range patterns {
-		for _, v := range values {
-			if ok, err := path.Match(p, v); err == nil && ok {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // ValidatePatterns checks the allow and deny lists' patterns once, at start-up.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/driver"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 func init() {
@@ -48,7 +49,7 @@ func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
 	fs.StringVar(&f.dir, "dir", "/tmp/csi-fat-demo", "directory for the pool, the driver's state, its socket, its log and the mount")
 	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes)")
 	fs.StringVar(&f.label, "label", "CSIFATDEMO", "volume label")
-	fs.StringVar(&f.mode, "mode", node.ModeDefault, "write mode: default, flush or sync")
+	fs.StringVar(&f.mode, "mode", volume.ModeDefault, "write mode: default, flush or sync")
 	fs.StringVar(&f.mounter, "mounter", node.MounterProcess, "where the volume is served: process (a mounter process of its own, which outlives the driver) or inprocess")
 	fs.BoolVar(&f.keep, "keep", false, "on exit keep the volume (its image in DIR/pool and the driver's record of it in DIR/state) for the next run instead of deleting it")
 	fs.Usage = func() {
@@ -236,17 +237,17 @@ func demo(f *demoFlags, logPath string, signals <-chan os.Signal) (kept bool, er
 		return false, err
 	}
 	required := int64(f.size)
-	params := map[string]string{node.ParamLabel: f.label, node.ParamMode: f.mode}
+	params := map[string]string{volume.ParamLabel: f.label, volume.ParamMode: f.mode}
 	if previous != nil {
 		if !f.set["size"] {
 			required = previous.GetCapacityBytes()
 		}
 		params = previous.GetVolumeContext()
 		if f.set["label"] {
-			params[node.ParamLabel] = f.label
+			params[volume.ParamLabel] = f.label
 		}
 		if f.set["mode"] {
-			params[node.ParamMode] = f.mode
+			params[volume.ParamMode] = f.mode
 		}
 	}
 	kept = f.keep || previous != nil
@@ -359,7 +360,7 @@ func keptDemoVolume(ctx context.Context, ctrl csi.ControllerClient) (*csi.Volume
 			return nil, fmt.Errorf("ListVolumes: %w", err)
 		}
 		for _, e := range resp.GetEntries() {
-			if id, err := node.ParseVolumeID(e.GetVolume().GetVolumeId()); err == nil && id.Name == demoVolumeName {
+			if id, err := volume.ParseID(e.GetVolume().GetVolumeId()); err == nil && id.Name == demoVolumeName {
 				return e.GetVolume(), nil
 			}
 		}

@@ -37,7 +37,7 @@ type podSpec struct {
 	NodeSelector       map[string]string   `json:"nodeSelector"`
 	Tolerations        []map[string]string `json:"tolerations"`
 	Containers         []container         `json:"containers"`
-	Volumes            []volume            `json:"volumes"`
+	Volumes            []podVolume         `json:"volumes"`
 }
 
 type container struct {
@@ -76,7 +76,7 @@ type volumeMount struct {
 	MountPropagation string `json:"mountPropagation"`
 }
 
-type volume struct {
+type podVolume struct {
 	Name     string `json:"name"`
 	HostPath *struct {
 		Path string `json:"path"`

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 func TestStorageClassDefaults(t *testing.T) {
@@ -33,8 +33,8 @@ func TestStorageClassDefaults(t *testing.T) {
 	if _, ok := sc.Metadata.Annotations["storageclass.kubernetes.io/is-default-class"]; ok {
 		t.Error("image class is the default class without isDefault")
 	}
-	p, err := node.ParseParams(sc.Parameters)
-	if err != nil || p.Pool != node.PoolImage {
+	p, err := volume.ParseParams(sc.Parameters)
+	if err != nil || p.Pool != volume.PoolImage {
 		t.Errorf("driver parses the default class's parameters as %+v, %v", p, err)
 	}
 }
@@ -67,12 +67,12 @@ func TestStorageClassParameters(t *testing.T) {
 	if img.ReclaimPolicy != "Retain" || !slices.Equal(img.MountOptions, []string{"noatime", "shortname=mixed"}) {
 		t.Errorf("reclaimPolicy %q mountOptions %v", img.ReclaimPolicy, img.MountOptions)
 	}
-	p, err := node.ParseParams(img.Parameters)
+	p, err := volume.ParseParams(img.Parameters)
 	if err != nil {
 		t.Fatalf("driver rejects the image class's parameters %v: %v", img.Parameters, err)
 	}
-	if p.FATType != 32 || p.ClusterSize != 4096 || p.Label != "PHOTOS" || p.FATs != 1 || p.Mode != node.ModeSync ||
-		p.MaxSize != 4<<30 || p.OnDamage != node.OnDamageReadOnly || p.CodePage != 850 {
+	if p.FATType != 32 || p.ClusterSize != 4096 || p.Label != "PHOTOS" || p.FATs != 1 || p.Mode != volume.ModeSync ||
+		p.MaxSize != 4<<30 || p.OnDamage != volume.OnDamageReadOnly || p.CodePage != 850 {
 		t.Errorf("driver reads the image class as %+v", p)
 	}
 
@@ -83,11 +83,11 @@ func TestStorageClassParameters(t *testing.T) {
 	if usb.VolumeBindingMode != "WaitForFirstConsumer" || usb.AllowVolumeExpansion == nil || *usb.AllowVolumeExpansion {
 		t.Errorf("USB class binding %q expansion %v", usb.VolumeBindingMode, usb.AllowVolumeExpansion)
 	}
-	q, err := node.ParseParams(usb.Parameters)
+	q, err := volume.ParseParams(usb.Parameters)
 	if err != nil {
 		t.Fatalf("driver rejects the USB class's parameters %v: %v", usb.Parameters, err)
 	}
-	if q.Pool != node.PoolUSB || !q.Adopt || q.Reclaim != node.ReclaimWipe || q.Mode != node.ModeFlush || q.CodePage != 852 {
+	if q.Pool != volume.PoolUSB || !q.Adopt || q.Reclaim != volume.ReclaimWipe || q.Mode != volume.ModeFlush || q.CodePage != 852 {
 		t.Errorf("driver reads the USB class as %+v", q)
 	}
 	if got := q.Map(); got["vendor"] != "SanDisk" || got["model"] != "Cam*" || got["serial"] != "*0042" || got["fsLabel"] != "CAM01" ||
@@ -102,7 +102,7 @@ func TestStorageClassParameters(t *testing.T) {
 	if !r.named(t, "StorageClass", "csi-fat-usb", &fresh) {
 		t.Fatal("no USB StorageClass")
 	}
-	if q, err = node.ParseParams(fresh.Parameters); err != nil || q.Layout != "mbr" || !q.Wipe {
+	if q, err = volume.ParseParams(fresh.Parameters); err != nil || q.Layout != "mbr" || !q.Wipe {
 		t.Errorf("driver reads the USB class %v as %+v, %v", fresh.Parameters, q, err)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ type SnapshotID struct {
 
 func (id SnapshotID) String() string { return SnapshotPool + ":" + id.Node + ":" + id.Name }
 
-// ParseSnapshotID reads and validates a snapshot ID with the rules of ParseVolumeID.
+// ParseSnapshotID reads and validates a snapshot ID with the rules of ParseID.
 func ParseSnapshotID(s string) (SnapshotID, error) {
 	if s == "" {
 		return SnapshotID{}, fmt.Errorf("snapshot ID is empty")
@@ -39,7 +39,7 @@ func ParseSnapshotID(s string) (SnapshotID, error) {
 	if err := ValidateNodeID(id.Node); err != nil {
 		return SnapshotID{}, fmt.Errorf("snapshot ID %q: %w", s, err)
 	}
-	if err := validateToken("snapshot name", id.Name, MaxNameLength); err != nil {
+	if err := ValidateToken("snapshot name", id.Name, MaxNameLength); err != nil {
 		return SnapshotID{}, fmt.Errorf("snapshot ID %q: %w", s, err)
 	}
 	return id, nil

@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"strings"
@@ -8,20 +8,20 @@ import (
 func TestParseVolumeID(t *testing.T) {
 	good := []string{"image:node-1:pvc-0b7c1a2e", "usb:worker.example.com:v_1.data"}
 	for _, s := range good {
-		id, err := ParseVolumeID(s)
+		id, err := ParseID(s)
 		if err != nil || id.String() != s {
-			t.Errorf("ParseVolumeID(%q) = %v, %v", s, id, err)
+			t.Errorf("ParseID(%q) = %v, %v", s, id, err)
 		}
 	}
 	bad := []string{"", "image", "image:n", "image:n:v:w", "disk:n:v", "image::v", "image:n:", "image:n:..",
 		"image:n:.", "image:n:.hidden", "image:n:a/b", "image:n/x:v", "image:n:a\x00b", "image:n:a b",
 		"image:n:" + strings.Repeat("a", MaxNameLength+1), "image:" + strings.Repeat("n", MaxNodeIDLength+1) + ":v"}
 	for _, s := range bad {
-		if _, err := ParseVolumeID(s); err == nil {
-			t.Errorf("ParseVolumeID(%q) accepted", s)
+		if _, err := ParseID(s); err == nil {
+			t.Errorf("ParseID(%q) accepted", s)
 		}
 	}
-	if _, err := ParseVolumeID("image:n:" + strings.Repeat("a", MaxNameLength)); err != nil {
+	if _, err := ParseID("image:n:" + strings.Repeat("a", MaxNameLength)); err != nil {
 		t.Errorf("a name of the maximum length: %v", err)
 	}
 }
@@ -68,13 +68,13 @@ func TestParseParams(t *testing.T) {
 		{in: map[string]string{"pool": "usb", "wipe": "true"}, want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Wipe: true}},
 		{in: map[string]string{"wipe": "true"}, bad: true},
 		{in: map[string]string{"pool": "usb", "vendor": "Fake*", "serial": "CAM0?"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, selection: selection{Vendor: "Fake*", Serial: "CAM0?"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Selection: Selection{Vendor: "Fake*", Serial: "CAM0?"}}},
 		{in: map[string]string{"pool": "usb", "adopt": "true", "fsLabel": "CAM01"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{FSLabel: "CAM01"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, Selection: Selection{FSLabel: "CAM01"}}},
 		{in: map[string]string{"pool": "usb", "fsLabel": "CAM01"}, bad: true},
 		{in: map[string]string{"vendor": "Fake"}, bad: true},
 		{in: map[string]string{"pool": "media", "byId": "usb-SanDisk_*", "byPath": "*-usb-0:2:*"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, selection: selection{ByID: "usb-SanDisk_*", ByPath: "*-usb-0:2:*"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Selection: Selection{ByID: "usb-SanDisk_*", ByPath: "*-usb-0:2:*"}}},
 		{in: map[string]string{"byPath": "*-usb-0:2:*"}, bad: true},
 		{in: map[string]string{"pool": "media", "byId": "[x"}, bad: true},
 		{in: map[string]string{"pool": "removable"}, bad: true},
@@ -87,11 +87,11 @@ func TestParseParams(t *testing.T) {
 		{in: map[string]string{"onDamage": "ro"}, bad: true},
 		{in: map[string]string{"onDamage": ""}, bad: true},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "02"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "2"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, Selection: Selection{Partition: "2"}}},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "0fc63daf-8483-4772-8e79-3d69d8477de4"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, Selection: Selection{Partition: "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}}},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "LOG*"},
-			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, selection: selection{Partition: "LOG*"}}},
+			want: Params{Pool: PoolUSB, Mode: ModeDefault, Reclaim: ReclaimKeep, Adopt: true, Selection: Selection{Partition: "LOG*"}}},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": ""}, bad: true},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "0"}, bad: true},
 		{in: map[string]string{"pool": "media", "adopt": "true", "partition": "99999"}, bad: true},
@@ -115,61 +115,5 @@ func TestParseParams(t *testing.T) {
 		if again, err := ParseParams(got.Map()); err != nil || again != got {
 			t.Errorf("ParseParams(%v.Map()) = %+v, %v", got, again, err)
 		}
-	}
-}
-
-func TestMountOptions(t *testing.T) {
-	o, err := mountOptions([]string{"noatime", "flush,shortname=winnt"}, "2000", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.GID != 2000 || o.FMask != 0o002 || o.DMask != 0o002 || !o.AllowOther || !o.Flush || o.ReadOnly {
-		t.Errorf("with a mount group: %+v", o)
-	}
-	o, err = mountOptions([]string{"umask=077"}, "2000", true)
-	if err != nil || o.FMask != 0o077 || !o.ReadOnly || o.GID != 2000 {
-		t.Errorf("explicit umask and read-only: %+v, %v", o, err)
-	}
-	for _, bad := range [][]string{{"data=ordered"}, {"uid=x"}} {
-		if _, err := mountOptions(bad, "", false); err == nil {
-			t.Errorf("mountOptions(%v) accepted", bad)
-		}
-	}
-	if _, err := mountOptions(nil, "wheel", false); err == nil {
-		t.Errorf("a non-numeric mount group was accepted")
-	}
-	// The codepage parameter is a mount option the request's own flags may override.
-	p := Params{CodePage: 850}
-	if o, err := mountOptions(p.stageFlags([]string{"noatime"}), "", false); err != nil || o.CodePage.Number() != 850 {
-		t.Errorf("codepage parameter 850: %v, %v", o.CodePage.Number(), err)
-	}
-	if o, err := mountOptions(p.stageFlags([]string{"codepage=852"}), "", false); err != nil || o.CodePage.Number() != 852 {
-		t.Errorf("codepage parameter 850 and mount option codepage=852: %v, %v", o.CodePage.Number(), err)
-	}
-	if f := (Params{}).stageFlags([]string{"noatime"}); len(f) != 1 {
-		t.Errorf("no codepage parameter: flags %v", f)
-	}
-}
-
-// TestLargestImage: the capacity reported for a FAT type is a size CreateVolume can make, and a
-// MiB more is not.
-func TestLargestImage(t *testing.T) {
-	for _, ft := range []int{12, 16, 32} {
-		p := Params{Pool: PoolImage, Mode: ModeDefault, FATType: ft}
-		got := largestImage(64<<30, p)
-		if got <= 0 {
-			t.Fatalf("FAT%d: largest image %d", ft, got)
-		}
-		if size, err := chooseImageSize(got, got, p); err != nil || size != got {
-			t.Errorf("FAT%d: largest image %d cannot be made: %d, %v", ft, got, size, err)
-		}
-		if got < 64<<30 {
-			if _, err := chooseImageSize(got+1<<20, got+1<<20, p); err == nil {
-				t.Errorf("FAT%d: %d bytes is reported as the largest, but a MiB more can be made", ft, got)
-			}
-		}
-	}
-	if got := largestImage(64<<30, Params{Pool: PoolImage, Mode: ModeDefault}); got != 64<<30 {
-		t.Errorf("auto type: largest image %d, want all of the 64 GiB", got)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"strings"
@@ -34,7 +34,7 @@ func TestParseSnapshotID(t *testing.T) {
 			t.Errorf("ParseSnapshotID(%q) = %v, want an error", bad, got)
 		}
 	}
-	if _, err := ParseVolumeID(id.String()); err == nil {
+	if _, err := ParseID(id.String()); err == nil {
 		t.Errorf("a snapshot ID parses as a volume ID")
 	}
 }

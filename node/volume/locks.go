@@ -1,20 +1,20 @@
-package node
+package volume
 
 import "sync"
 
-// inFlight holds one lock per volume name. Operations do not queue behind each other: the CO
+// Locks holds one lock per volume name. Operations do not queue behind each other: the CO
 // retries, and a second call for a volume while one is running is answered with Aborted, as the
 // CSI spec asks.
-type inFlight struct {
+type Locks struct {
 	mu    sync.Mutex
 	names map[string]string // volume name -> the operation holding it
 }
 
-func newInFlight() *inFlight { return &inFlight{names: map[string]string{}} }
+func NewLocks() *Locks { return &Locks{names: map[string]string{}} }
 
 // tryLock takes the volume's lock for op; when another operation holds it, it returns false
 // and that operation's name.
-func (f *inFlight) tryLock(name, op string) (bool, string) {
+func (f *Locks) TryLock(name, op string) (bool, string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if holder, busy := f.names[name]; busy {
@@ -24,7 +24,7 @@ func (f *inFlight) tryLock(name, op string) (bool, string) {
 	return true, ""
 }
 
-func (f *inFlight) unlock(name string) {
+func (f *Locks) Unlock(name string) {
 	f.mu.Lock()
 	delete(f.names, name)
 	f.mu.Unlock()

@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"fmt"
@@ -31,8 +31,8 @@ const (
 // Bounds of cacheSize: below the smallest the writer flushes all the time; the largest keeps one
 // volume from taking a node's memory.
 const (
-	minCacheBytes = 4 << 20
-	maxCacheBytes = 16 << 30
+	MinCacheBytes = 4 << 20
+	MaxCacheBytes = 16 << 30
 )
 
 // Write modes: how eagerly a staged volume writes back (fatvol.Options).
@@ -75,7 +75,7 @@ type Params struct {
 	CodePage    int    `json:"codepage,omitempty"` // short names' OEM code page; 0 = 437
 	Layout      string `json:"layout,omitempty"`   // USB only: "mbr", or "" for a superfloppy
 	Wipe        bool   `json:"wipe,omitempty"`     // USB only: format a stick that holds something else than FAT
-	selection          // USB only: which sticks may be claimed
+	Selection          // USB only: which sticks may be claimed
 	MaxSize     int64  `json:"maxSize,omitempty"` // bytes the volume may grow to; 0 = the default room (expand.go)
 	// CacheBytes bounds the dirty file data its server holds in memory (0: the engine's
 	// default); a mounter pod's memory limit follows it.
@@ -152,15 +152,15 @@ func ParseParams(in map[string]string) (Params, error) {
 		case ParamWipe:
 			p.Wipe, err = strconv.ParseBool(val)
 		case ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel:
-			err = p.selection.set(key, val)
+			err = p.Selection.set(key, val)
 		case ParamPartition:
 			p.Partition, err = parsePartitionSelector(val)
 		case ParamMaxSize:
-			p.MaxSize, err = parseSize(val)
+			p.MaxSize, err = ParseSize(val)
 		case ParamCacheSize:
-			p.CacheBytes, err = parseSize(val)
-			if err == nil && (p.CacheBytes < minCacheBytes || p.CacheBytes > maxCacheBytes) {
-				err = fmt.Errorf("want %d MiB to %d GiB", minCacheBytes>>20, maxCacheBytes>>30)
+			p.CacheBytes, err = ParseSize(val)
+			if err == nil && (p.CacheBytes < MinCacheBytes || p.CacheBytes > MaxCacheBytes) {
+				err = fmt.Errorf("want %d MiB to %d GiB", MinCacheBytes>>20, MaxCacheBytes>>30)
 			}
 		default:
 			if !strings.HasPrefix(key, reservedParamPrefix) {
@@ -175,7 +175,7 @@ func ParseParams(in map[string]string) (Params, error) {
 		sort.Strings(unknown)
 		return Params{}, fmt.Errorf("unknown parameter(s): %s", strings.Join(unknown, ", "))
 	}
-	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "" || p.Layout != "" || p.Wipe || p.selection != (selection{})) {
+	if p.Pool == PoolImage && (p.Adopt || p.Reclaim != "" || p.Layout != "" || p.Wipe || p.Selection != (Selection{})) {
 		return Params{}, fmt.Errorf("parameters %s, %s, %s, %s, %s, %s, %s, %s, %s, %s and %s apply to the %s pool only",
 			ParamAdopt, ParamReclaim, ParamLayout, ParamWipe, ParamVendor, ParamModel, ParamSerial, ParamByID, ParamByPath, ParamFSLabel, ParamPartition, PoolMedia)
 	}
@@ -257,7 +257,7 @@ func (p Params) Map() map[string]string {
 	if p.Wipe {
 		m[ParamWipe] = "true"
 	}
-	p.selection.addTo(m)
+	p.Selection.addTo(m)
 	if p.MaxSize != 0 {
 		m[ParamMaxSize] = strconv.FormatInt(p.MaxSize, 10)
 	}
@@ -268,7 +268,7 @@ func (p Params) Map() map[string]string {
 }
 
 // onDamage is the policy for a damaged volume, the default spelled out.
-func (p Params) onDamage() string {
+func (p Params) OnDamagePolicy() string {
 	if p.OnDamage == "" {
 		return OnDamageRepair
 	}
@@ -277,7 +277,7 @@ func (p Params) onDamage() string {
 
 // mkfsOptions are the formatter's options for these parameters on a device whose sectors are
 // sectorSize bytes (512 for image files).
-func (p Params) mkfsOptions(sectorSize int) (mkfs.Options, error) {
+func (p Params) MkfsOptions(sectorSize int) (mkfs.Options, error) {
 	o := mkfs.Options{FATType: ondisk.FATType(p.FATType), Label: p.Label, NumFATs: p.FATs}
 	if p.ClusterSize != 0 {
 		if p.ClusterSize < sectorSize {
@@ -290,3 +290,34 @@ func (p Params) mkfsOptions(sectorSize int) (mkfs.Options, error) {
 	}
 	return o, nil
 }
+
+// ParseSize reads bytes, or a quantity with a binary (Ki, Mi, Gi, Ti) or decimal (k, M, G, T)
+// suffix, as Kubernetes writes sizes.
+func ParseSize(s string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if t, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = t, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a positive size such as 67108864, 64Mi or 1Gi")
+	}
+	if n > MaxImageSize/mult {
+		return 0, fmt.Errorf("larger than a FAT volume can be (%d bytes)", int64(MaxImageSize))
+	}
+	return n * mult, nil
+}
+
+// Image sizes.
+const (
+	// DefaultImageSize is the size of a volume whose request names none.
+	DefaultImageSize = 1 << 30
+	// MaxImageSize is the largest FAT volume with 512-byte sectors: 2^32 sectors.
+	MaxImageSize = 1<<32*512 - 512
+)

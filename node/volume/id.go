@@ -1,8 +1,4 @@
-// Package node is csi-fat's node side: the pools that volumes live in (image files in a
-// directory, removable media: USB sticks, SD cards, devices named by pattern), the node-local state that survives a restart of the plugin, the
-// FUSE mounts that serve staged volumes, and the CSI node service. Volumes live on the node, so
-// provisioning runs here too: the controller service in package driver calls Manager.
-package node
+package volume
 
 import (
 	"fmt"
@@ -28,39 +24,39 @@ const (
 	MaxVolumeIDLength = len(PoolImage) + 1 + MaxNodeIDLength + 1 + MaxNameLength
 )
 
-// VolumeID is what a volume ID carries: the pool the volume lives in, the node it lives on, and
+// ID is what a volume ID carries: the pool the volume lives in, the node it lives on, and
 // its name, which is also its file name in the image pool. Its string form is
 // "<pool>:<node>:<name>", e.g. "image:worker-1:pvc-0b7c...".
-type VolumeID struct {
+type ID struct {
 	Pool string
 	Node string
 	Name string
 }
 
-func (id VolumeID) String() string { return id.Pool + ":" + id.Node + ":" + id.Name }
+func (id ID) String() string { return id.Pool + ":" + id.Node + ":" + id.Name }
 
-// ParseVolumeID reads and validates an ID. Every part is checked with the rules that keep it
+// ParseID reads and validates an ID. Every part is checked with the rules that keep it
 // from naming anything outside the pool: no slashes, no "..", no NUL, nothing overlong.
-func ParseVolumeID(s string) (VolumeID, error) {
+func ParseID(s string) (ID, error) {
 	if s == "" {
-		return VolumeID{}, fmt.Errorf("volume ID is empty")
+		return ID{}, fmt.Errorf("volume ID is empty")
 	}
 	if len(s) > MaxVolumeIDLength {
-		return VolumeID{}, fmt.Errorf("volume ID is %d bytes, more than %d", len(s), MaxVolumeIDLength)
+		return ID{}, fmt.Errorf("volume ID is %d bytes, more than %d", len(s), MaxVolumeIDLength)
 	}
 	parts := strings.Split(s, ":")
 	if len(parts) != 3 {
-		return VolumeID{}, fmt.Errorf("volume ID %q: want <pool>:<node>:<name>", s)
+		return ID{}, fmt.Errorf("volume ID %q: want <pool>:<node>:<name>", s)
 	}
-	id := VolumeID{Pool: parts[0], Node: parts[1], Name: parts[2]}
+	id := ID{Pool: parts[0], Node: parts[1], Name: parts[2]}
 	if id.Pool != PoolImage && id.Pool != PoolUSB {
-		return VolumeID{}, fmt.Errorf("volume ID %q: unknown pool %q", s, id.Pool)
+		return ID{}, fmt.Errorf("volume ID %q: unknown pool %q", s, id.Pool)
 	}
 	if err := ValidateNodeID(id.Node); err != nil {
-		return VolumeID{}, fmt.Errorf("volume ID %q: %w", s, err)
+		return ID{}, fmt.Errorf("volume ID %q: %w", s, err)
 	}
 	if err := ValidateName(id.Name); err != nil {
-		return VolumeID{}, fmt.Errorf("volume ID %q: %w", s, err)
+		return ID{}, fmt.Errorf("volume ID %q: %w", s, err)
 	}
 	return id, nil
 }
@@ -69,15 +65,15 @@ func ParseVolumeID(s string) (VolumeID, error) {
 // starting with '.' (so neither "." nor ".." nor a hidden file), which makes it a safe single
 // path element.
 func ValidateName(name string) error {
-	return validateToken("volume name", name, MaxNameLength)
+	return ValidateToken("volume name", name, MaxNameLength)
 }
 
 // ValidateNodeID checks a node ID with the same character rules, up to 253 bytes.
 func ValidateNodeID(node string) error {
-	return validateToken("node ID", node, MaxNodeIDLength)
+	return ValidateToken("node ID", node, MaxNodeIDLength)
 }
 
-func validateToken(what, s string, maxLen int) error {
+func ValidateToken(what, s string, maxLen int) error {
 	if s == "" {
 		return fmt.Errorf("%s is empty", what)
 	}

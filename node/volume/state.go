@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"encoding/json"
@@ -13,8 +13,8 @@ import (
 // than misread.
 const stateVersion = 1
 
-// VolumeRecord is a volume that exists on this node.
-type VolumeRecord struct {
+// Record is a volume that exists on this node.
+type Record struct {
 	ID      string    `json:"id"`
 	Name    string    `json:"name"`
 	Size    int64     `json:"size"`
@@ -60,7 +60,7 @@ type PublishRecord struct {
 // State is everything the node must remember across a restart of the plugin.
 type State struct {
 	Version   int                       `json:"version"`
-	Volumes   map[string]*VolumeRecord  `json:"volumes"`   // by name
+	Volumes   map[string]*Record        `json:"volumes"`   // by name
 	Staged    map[string]*StageRecord   `json:"staged"`    // by volume name
 	Published map[string]*PublishRecord `json:"published"` // by target path
 
@@ -68,10 +68,10 @@ type State struct {
 	Snapshots map[string]*SnapshotRecord `json:"snapshots,omitempty"`
 }
 
-func newState() *State {
+func NewState() *State {
 	return &State{
 		Version:   stateVersion,
-		Volumes:   map[string]*VolumeRecord{},
+		Volumes:   map[string]*Record{},
 		Staged:    map[string]*StageRecord{},
 		Published: map[string]*PublishRecord{},
 
@@ -80,7 +80,7 @@ func newState() *State {
 }
 
 // targetsOf lists the paths where the named volume is published.
-func (s *State) targetsOf(name string) []string {
+func (s *State) TargetsOf(name string) []string {
 	var out []string
 	for target, p := range s.Published {
 		if p.Name == name {
@@ -90,16 +90,16 @@ func (s *State) targetsOf(name string) []string {
 	return out
 }
 
-// loadState reads the state file; a missing file is an empty state.
-func loadState(path string) (*State, error) {
+// LoadState reads the state file; a missing file is an empty state.
+func LoadState(path string) (*State, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return newState(), nil
+		return NewState(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read node state %s: %w", path, err)
 	}
-	s := newState()
+	s := NewState()
 	if err := json.Unmarshal(data, s); err != nil {
 		return nil, fmt.Errorf("read node state %s: %w", path, err)
 	}
@@ -107,7 +107,7 @@ func loadState(path string) (*State, error) {
 		return nil, fmt.Errorf("node state %s has version %d; this driver reads version %d", path, s.Version, stateVersion)
 	}
 	if s.Volumes == nil {
-		s.Volumes = map[string]*VolumeRecord{}
+		s.Volumes = map[string]*Record{}
 	}
 	if s.Staged == nil {
 		s.Staged = map[string]*StageRecord{}
@@ -123,7 +123,7 @@ func loadState(path string) (*State, error) {
 
 // save writes the state atomically: a new file beside the old one, made durable, renamed over
 // it, and the directory made durable, so a crash leaves either the old state or the new one.
-func (s *State) save(path string) error {
+func (s *State) Save(path string) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write node state %s: %w", path, err)
@@ -148,11 +148,11 @@ func (s *State) save(path string) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write node state %s: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// syncDir makes a rename or a removal in dir durable.
-func syncDir(dir string) error {
+// SyncDir makes a rename or a removal in dir durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
@@ -163,3 +163,34 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// MounterRecord is the mounter serving a staged volume, in the node state.
+type MounterRecord struct {
+	PID    int    `json:"pid"`
+	Socket string `json:"socket"`
+	Log    string `json:"log,omitempty"`
+	// A mounter pod's namespace, name and UID.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"podUID,omitempty"`
+}
+
+// SnapshotRecord is a snapshot in the image pool's snapshots directory: a point-in-time copy of
+// a volume of this node (an image volume, or a USB stick: a backup), an image file of its own.
+type SnapshotRecord struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Source is the ID of the volume it was taken of, which may be gone since.
+	Source string `json:"source"`
+	// Size is the source volume's size: the least a volume restored from it has.
+	Size int64 `json:"size"`
+	// MaxSize is the size the source's file system can grow to in place (Record.MaxSize),
+	// which a volume restored from it inherits with the file system; 0 when it cannot grow.
+	MaxSize int64     `json:"maxSize,omitempty"`
+	Created time.Time `json:"created"`
+	// Ready is set once the copy is whole; a snapshot being taken is recorded without it.
+	Ready bool `json:"ready"`
+}
+
+// StateFile is the node-local state's file name in Config.StateDir.
+const StateFile = "state.json"

@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func parseCodePage(val string) (int, error) {
 
 // stageFlags are the mount flags a volume is staged with: its codepage parameter as the mount
 // option codepage=, then the flags of the request, which may override it.
-func (p Params) stageFlags(flags []string) []string {
+func (p Params) StageFlags(flags []string) []string {
 	if p.CodePage == 0 {
 		return flags
 	}

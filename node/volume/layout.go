@@ -1,4 +1,4 @@
-package node
+package volume
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ func parseLayout(val string) (string, error) {
 }
 
 // layoutKind is the layout a new file system on the volume's device gets.
-func (p Params) layoutKind() layout.Kind {
+func (p Params) LayoutKind() layout.Kind {
 	if p.Layout == LayoutMBR {
 		return layout.MBR
 	}

@@ -1,0 +1,63 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/csi-fat/csi-fat/node/volume"
+)
+
+func TestMountOptions(t *testing.T) {
+	o, err := mountOptions([]string{"noatime", "flush,shortname=winnt"}, "2000", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GID != 2000 || o.FMask != 0o002 || o.DMask != 0o002 || !o.AllowOther || !o.Flush || o.ReadOnly {
+		t.Errorf("with a mount group: %+v", o)
+	}
+	o, err = mountOptions([]string{"umask=077"}, "2000", true)
+	if err != nil || o.FMask != 0o077 || !o.ReadOnly || o.GID != 2000 {
+		t.Errorf("explicit umask and read-only: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"data=ordered"}, {"uid=x"}} {
+		if _, err := mountOptions(bad, "", false); err == nil {
+			t.Errorf("mountOptions(%v) accepted", bad)
+		}
+	}
+	if _, err := mountOptions(nil, "wheel", false); err == nil {
+		t.Errorf("a non-numeric mount group was accepted")
+	}
+	// The codepage parameter is a mount option the request's own flags may override.
+	p := volume.Params{CodePage: 850}
+	if o, err := mountOptions(p.StageFlags([]string{"noatime"}), "", false); err != nil || o.CodePage.Number() != 850 {
+		t.Errorf("codepage parameter 850: %v, %v", o.CodePage.Number(), err)
+	}
+	if o, err := mountOptions(p.StageFlags([]string{"codepage=852"}), "", false); err != nil || o.CodePage.Number() != 852 {
+		t.Errorf("codepage parameter 850 and mount option codepage=852: %v, %v", o.CodePage.Number(), err)
+	}
+	if f := (volume.Params{}).StageFlags([]string{"noatime"}); len(f) != 1 {
+		t.Errorf("no codepage parameter: flags %v", f)
+	}
+}
+
+// TestLargestImage: the capacity reported for a FAT type is a size CreateVolume can make, and a
+// MiB more is not.
+func TestLargestImage(t *testing.T) {
+	for _, ft := range []int{12, 16, 32} {
+		p := volume.Params{Pool: volume.PoolImage, Mode: volume.ModeDefault, FATType: ft}
+		got := largestImage(64<<30, p)
+		if got <= 0 {
+			t.Fatalf("FAT%d: largest image %d", ft, got)
+		}
+		if size, err := chooseImageSize(got, got, p); err != nil || size != got {
+			t.Errorf("FAT%d: largest image %d cannot be made: %d, %v", ft, got, size, err)
+		}
+		if got < 64<<30 {
+			if _, err := chooseImageSize(got+1<<20, got+1<<20, p); err == nil {
+				t.Errorf("FAT%d: %d bytes is reported as the largest, but a MiB more can be made", ft, got)
+			}
+		}
+	}
+	if got := largestImage(64<<30, volume.Params{Pool: volume.PoolImage, Mode: volume.ModeDefault}); got != 64<<30 {
+		t.Errorf("auto type: largest image %d, want all of the 64 GiB", got)
+	}
+}
