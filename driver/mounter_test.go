@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/volume"
@@ -226,8 +226,8 @@ func TestPlainHostMounterOutlivesDriver(t *testing.T) {
 	if err := syscall.Stat(target, &mst); err != nil {
 		t.Fatal(err)
 	}
-	if ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(mst.Dev), unix.Minor(mst.Dev))); err != nil || strings.TrimSpace(string(ra)) != strconv.Itoa(fatfuse.ReadaheadKB) {
-		t.Fatalf("the mount's read-ahead is %q KiB, %v; want %d", ra, err, fatfuse.ReadaheadKB)
+	if ra, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(mst.Dev), unix.Minor(mst.Dev))); err != nil || strings.TrimSpace(string(ra)) != strconv.Itoa(mountopt.ReadaheadKB) {
+		t.Fatalf("the mount's read-ahead is %q KiB, %v; want %d", ra, err, mountopt.ReadaheadKB)
 	}
 	// Files are owned as the driver would own them, not by the mounter's user.
 	writeSynced(t, filepath.Join(target, "before.txt"), "before the crash\n")

@@ -15,11 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 )
-
-func setUmask(m uint32) { unix.Umask(int(m)) }
 
 // mtools runs an mtools command on img and returns its output.
 func mtools(t *testing.T, tool string, args ...string) string {
@@ -467,7 +466,7 @@ func TestErrorsOption(t *testing.T) {
 	for _, mode := range []string{"remount-ro", "continue"} {
 		t.Run(mode, func(t *testing.T) {
 			img := makeImage(t, 8192)
-			opts, err := ParseOptions("errors=" + mode)
+			opts, err := mountopt.ParseOptions("errors=" + mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -476,7 +475,7 @@ func TestErrorsOption(t *testing.T) {
 				t.Fatal(err)
 			}
 			faulty := blockdev.NewFaulty(dev)
-			vol, err := fatvol.Open(faulty, opts.VolumeOptions())
+			vol, err := fatvol.Open(faulty, VolumeOptions(opts))
 			if err != nil {
 				t.Fatal(err)
 			}

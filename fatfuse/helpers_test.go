@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/internal/judge"
 
@@ -47,11 +48,11 @@ type mounted struct {
 // must) and closes the volume, so no stale mount outlives the test.
 func mountImage(t *testing.T, img, optString string) *mounted {
 	t.Helper()
-	opts, err := ParseOptions(optString)
+	opts, err := mountopt.ParseOptions(optString)
 	if err != nil {
 		t.Fatalf("ParseOptions(%q): %v", optString, err)
 	}
-	vol, err := fatvol.OpenImage(img, opts.VolumeOptions())
+	vol, err := fatvol.OpenImage(img, VolumeOptions(opts))
 	if err != nil {
 		t.Fatalf("open %s: %v", img, err)
 	}

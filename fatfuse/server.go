@@ -16,6 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 )
 
@@ -27,7 +28,7 @@ const cacheTimeout = time.Second
 // Server is a mounted volume being served.
 type Server struct {
 	vol        *fatvol.Volume
-	opts       Options
+	opts       mountopt.Options
 	mountpoint string
 	fuse       *fuse.Server
 	root       *node
@@ -54,7 +55,7 @@ type Server struct {
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
 // returns then). The caller keeps the volume and closes it after Wait returns. Open vol with
 // opts.VolumeOptions(): ro, shortname, sync, flush and the time zone are the engine's to apply.
-func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error) {
+func Mount(vol *fatvol.Volume, mountpoint string, opts mountopt.Options) (*Server, error) {
 	if err := CheckMountpoint(mountpoint); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", fsName(vol), err)
 	}
@@ -66,11 +67,11 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts Options) (*Server, error)
 // logs only. The mount's options were the mounter's to pass to mount(2); opts are still the
 // server's. Unmounting is the mounter's too (umount2 of mountpoint): Unmount fails, and Wait
 // returns once the kernel ends the session.
-func ServeFD(vol *fatvol.Volume, fd int, mountpoint string, opts Options) (*Server, error) {
+func ServeFD(vol *fatvol.Volume, fd int, mountpoint string, opts mountopt.Options) (*Server, error) {
 	return serve(vol, fmt.Sprintf("/dev/fd/%d", fd), mountpoint, opts)
 }
 
-func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, error) {
+func serve(vol *fatvol.Volume, dir, mountpoint string, opts mountopt.Options) (*Server, error) {
 	geo := vol.Geometry()
 	s := &Server{
 		vol:        vol,
@@ -119,7 +120,7 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 	}
 	srv, err := fs.Mount(dir, s.root, fo)
 	if err != nil && dir == mountpoint && wentBeforeServing(err) {
-		if _, merr := fuseMountDevice(mountpoint); merr != nil {
+		if _, merr := mountopt.MountDevice(mountpoint); merr != nil {
 			// Whoever unmounted it was quicker: nothing was served.
 			return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, ErrUnmountedBeforeServing)
 		}
@@ -128,7 +129,7 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts Options) (*Server, e
 		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
 	}
 	s.fuse = srv
-	if err := RaiseReadahead(mountpoint, ReadaheadKB); err != nil && opts.Debug {
+	if err := mountopt.RaiseReadahead(mountpoint, mountopt.ReadaheadKB); err != nil && opts.Debug {
 		log.Printf("fatfuse: %v; the kernel's read ahead stays at its default", err)
 	}
 	return s, nil

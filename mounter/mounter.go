@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
@@ -277,7 +278,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		return fail(errors.New("this mounter serves a volume already"), protocol.CodeInvalid)
 	}
 	a := req.Serve
-	opts, err := fatfuse.ParseOptions(a.Options)
+	opts, err := mountopt.ParseOptions(a.Options)
 	if err != nil {
 		devFile.Close()
 		fuseFile.Close()
@@ -310,7 +311,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
 	dev := &meteredDevice{Counting: blockdev.NewCounting(fsDev), path: a.Source}
-	vo := opts.VolumeOptions()
+	vo := fatfuse.VolumeOptions(opts)
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync
 	vo.CacheBytes = a.CacheBytes

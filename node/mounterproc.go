@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
@@ -359,7 +359,7 @@ func isMounterPID(pid int) bool {
 
 // mountFlags turns the options the kernel applies to a mount into mount(2)'s flags, as
 // fusermount does; nosuid and nodev are always in force.
-func mountFlags(opts fatfuse.Options) uintptr {
+func mountFlags(opts mountopt.Options) uintptr {
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
 	if opts.ReadOnly {
 		flags |= unix.MS_RDONLY
@@ -395,7 +395,7 @@ func mountFlags(opts fatfuse.Options) uintptr {
 
 // fuseMount opens /dev/fuse and mounts it at path with the options fusermount would pass, so
 // the mount looks as one go-fuse makes: type fuse.fat, the device as its source.
-func fuseMount(source, path string, opts fatfuse.Options) (*os.File, error) {
+func fuseMount(source, path string, opts mountopt.Options) (*os.File, error) {
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -452,7 +452,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
-	opts, err := fatfuse.ParseOptions(optString)
+	opts, err := mountopt.ParseOptions(optString)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -489,7 +489,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 	}
 	if forceReadOnly && !opts.ReadOnly {
 		optString += ",ro"
-		if opts, err = fatfuse.ParseOptions(optString); err != nil {
+		if opts, err = mountopt.ParseOptions(optString); err != nil {
 			return fail(codes.InvalidArgument, "%v", err)
 		}
 	}
@@ -524,7 +524,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 	// The session is up (the mounter answers once the kernel's INIT is answered, which would
 	// have lowered it again): the read-ahead the unprivileged mounter cannot raise, the plugin
 	// raises, without a request to the mount.
-	if err := fatfuse.RaiseReadahead(st.Path, fatfuse.ReadaheadKB); err != nil {
+	if err := mountopt.RaiseReadahead(st.Path, mountopt.ReadaheadKB); err != nil {
 		klog.V(2).InfoS("the mount's read-ahead stays at the kernel's default", "volume", rec.ID, "reason", err)
 	}
 	st.Mounter = p.record()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
@@ -46,12 +47,12 @@ const unmountWait = 10 * time.Second
 // every file, since FAT records no owners, and unless the mount options set masks the group may
 // write, as Kubernetes expects of an fsGroup volume. allow_other is always on: pods run as
 // other users than the driver.
-func mountOptions(flags []string, group string, readOnly bool) (fatfuse.Options, error) {
+func mountOptions(flags []string, group string, readOnly bool) (mountopt.Options, error) {
 	s, err := mountOptionString(flags, group, readOnly)
 	if err != nil {
-		return fatfuse.Options{}, err
+		return mountopt.Options{}, err
 	}
-	return fatfuse.ParseOptions(s)
+	return mountopt.ParseOptions(s)
 }
 
 // mountOptionString is mountOptions as a -o string, as a mounter process is handed it.
@@ -89,8 +90,8 @@ func mountOptionString(flags []string, group string, readOnly bool) (string, err
 }
 
 // volumeOptions are the engine's options for a write mode and mount options.
-func volumeOptions(opts fatfuse.Options, mode string, cacheBytes int64) fatvol.Options {
-	vo := opts.VolumeOptions()
+func volumeOptions(opts mountopt.Options, mode string, cacheBytes int64) fatvol.Options {
+	vo := fatfuse.VolumeOptions(opts)
 	vo.CacheBytes = cacheBytes
 	vo.Flush = mode == volume.ModeFlush || opts.Flush
 	vo.Sync = mode == volume.ModeSync || opts.Sync
@@ -106,7 +107,7 @@ func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Backg
 // claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
 // served volume would corrupt what it serves) until the volume is closed; a device another
 // writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(open opener, id, devicePath, partition, stagingPath string, opts fatfuse.Options, mode string, cacheBytes int64) (*servedVolume, error) {
+func serveVolume(open opener, id, devicePath, partition, stagingPath string, opts mountopt.Options, mode string, cacheBytes int64) (*servedVolume, error) {
 	file, err := open(stagingClaim(opts.ReadOnly))
 	if err != nil {
 		return nil, err

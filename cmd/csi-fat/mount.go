@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 )
 
 func init() {
@@ -48,7 +49,7 @@ func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
 			"or writing outside it. A FAT file system on the whole medium (a superfloppy) is served whole.\n"+
 			"\noptions:\n")
 		fs.PrintDefaults()
-		fmt.Fprintf(out, "\nmount options (-o):\n%s", fatfuse.OptionsHelp)
+		fmt.Fprintf(out, "\nmount options (-o):\n%s", mountopt.OptionsHelp)
 		fmt.Fprintf(out, "  partition=N|GUID  serve partition N (or the GPT partition with this unique GUID) of a\n"+
 			"                    partitioned IMAGE or DEVICE; default: its first FAT partition\n")
 	}
@@ -90,7 +91,7 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 2
 	}
-	opts, err := fatfuse.ParseOptions(optString)
+	opts, err := mountopt.ParseOptions(optString)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 2
@@ -99,7 +100,7 @@ func runMount(args []string) int {
 }
 
 // serveMount opens, mounts and serves until the mount is gone, then closes the volume.
-func serveMount(image, mountpoint, partition string, opts fatfuse.Options) int {
+func serveMount(image, mountpoint, partition string, opts mountopt.Options) int {
 	// Catch the signals before the mount exists: from then on SIGTERM must unmount, not kill.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -109,7 +110,7 @@ func serveMount(image, mountpoint, partition string, opts fatfuse.Options) int {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 1
 	}
-	vopts := opts.VolumeOptions()
+	vopts := fatfuse.VolumeOptions(opts)
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	vol, err := openForMount(image, partition, opts, vopts, os.Stderr)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/csi-fat/csi-fat/fatfuse"
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
 )
@@ -20,7 +20,7 @@ const maxMountProblems = 5
 // openForMount opens the volume to be served: checked or repaired first when the options ask
 // (then a clean unmount may clear the dirty bit), and with vfat's warning when it was not
 // cleanly unmounted, whose dirty bit then stays for fsck to see.
-func openForMount(image, partition string, opts fatfuse.Options, vopts fatvol.Options, stderr io.Writer) (*fatvol.Volume, error) {
+func openForMount(image, partition string, opts mountopt.Options, vopts fatvol.Options, stderr io.Writer) (*fatvol.Volume, error) {
 	if opts.Check || opts.Repair {
 		if err := checkForMount(image, partition, opts.Repair, stderr); err != nil {
 			return nil, err

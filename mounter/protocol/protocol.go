@@ -95,7 +95,7 @@ type CheckArgs struct {
 
 // ServeArgs say how to serve.
 type ServeArgs struct {
-	// Options are fatfuse's mount options (fatfuse.ParseOptions), complete: owner, masks, ro.
+	// Options are fatfuse's mount options (mountopt.ParseOptions), complete: owner, masks, ro.
 	Options string `json:"options"`
 	// Mode is the volume's write mode (writeback, flush, sync).
 	Mode string `json:"mode,omitempty"`

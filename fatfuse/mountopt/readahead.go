@@ -1,4 +1,4 @@
-package fatfuse
+package mountopt
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ const ReadaheadKB = fuse.MAX_KERNEL_WRITE / 1024
 // FUSE connection open (it can only be aborted through fusectl). The plugin, which mounts
 // before any server runs, could not ask the mount at all.
 func RaiseReadahead(mountpoint string, kb int) error {
-	dev, err := fuseMountDevice(mountpoint)
+	dev, err := MountDevice(mountpoint)
 	if err != nil {
 		return err
 	}
@@ -46,9 +46,9 @@ func RaiseReadahead(mountpoint string, kb int) error {
 	return nil
 }
 
-// fuseMountDevice finds the major:minor of the FUSE mount at mountpoint (the topmost, when
+// MountDevice finds the major:minor of the FUSE mount at mountpoint (the topmost, when
 // several are stacked there) in /proc/self/mountinfo.
-func fuseMountDevice(mountpoint string) (string, error) {
+func MountDevice(mountpoint string) (string, error) {
 	abs, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return "", err
