@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
@@ -123,7 +124,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 // withUSB enables the removable-media pool on a fake sysfs tree.
 func withUSB(f *usbtest.Fake) func(*Config) {
 	return func(c *Config) {
-		u := node.DefaultUSBConfig()
+		u := media.DefaultConfig()
 		u.SysfsRoot, u.ByIDDir, u.ByPathDir, u.DevDir, u.DeviceGlob = f.SysfsRoot, f.ByIDDir, f.ByPathDir, f.DevDir, f.Glob
 		c.Node.USB = &u
 	}

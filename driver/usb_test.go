@@ -11,7 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 
@@ -181,19 +181,19 @@ func TestUSBFilters(t *testing.T) {
 	other := fake.Add(t, 40<<20, "Other", "Card", "BBB2")
 	tests := []struct {
 		name  string
-		set   func(*node.USBConfig)
+		set   func(*media.Config)
 		wantN int64 // capacity: the largest allowed stick, 0 for none
 	}{
-		{"no lists", func(*node.USBConfig) {}, other.Size},
-		{"deny vendor", func(u *node.USBConfig) { u.DenyVendors = []string{"Other"} }, 32 << 20},
-		{"allow model", func(u *node.USBConfig) { u.AllowModels = []string{"Sti*"} }, 32 << 20},
-		{"allow serial", func(u *node.USBConfig) { u.AllowSerials = []string{"BBB2"} }, other.Size},
-		{"allow by-id", func(u *node.USBConfig) { u.AllowByID = []string{"usb-Acme_*"} }, 32 << 20},
-		{"deny by-id wins over allow", func(u *node.USBConfig) {
+		{"no lists", func(*media.Config) {}, other.Size},
+		{"deny vendor", func(u *media.Config) { u.DenyVendors = []string{"Other"} }, 32 << 20},
+		{"allow model", func(u *media.Config) { u.AllowModels = []string{"Sti*"} }, 32 << 20},
+		{"allow serial", func(u *media.Config) { u.AllowSerials = []string{"BBB2"} }, other.Size},
+		{"allow by-id", func(u *media.Config) { u.AllowByID = []string{"usb-Acme_*"} }, 32 << 20},
+		{"deny by-id wins over allow", func(u *media.Config) {
 			u.AllowVendors = []string{"*"}
 			u.DenyByID = []string{"usb-*"}
 		}, 0},
-		{"allow matches nothing", func(u *node.USBConfig) { u.AllowVendors = []string{"Nobody"} }, 0},
+		{"allow matches nothing", func(u *media.Config) { u.AllowVendors = []string{"Nobody"} }, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -243,7 +244,7 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 	if len(why) == 0 {
 		why = []string{"no free removable medium is attached"}
 	}
-	return volume.Record{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, size, limit, strings.Join(why, "; "))
+	return volume.Record{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", media.ErrNoDevice, size, limit, strings.Join(why, "; "))
 }
 
 // copySnapshot copies a snapshot's file into dst. Snapshots never change, so nothing is held.

@@ -175,7 +175,7 @@ func (m *Manager) copyLength(rec volume.Record) (int64, error) {
 	case m.usb == nil:
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is on a usb device but the usb pool is not enabled", rec.ID)
 	}
-	d, err := m.usb.findUSB(rec.Device)
+	d, err := m.usb.Find(rec.Device)
 	if err != nil {
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s: %v", rec.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -110,8 +111,8 @@ func (c *DiscoveryConfig) selects(m MediumStatus) bool {
 	if m.State == mediumBlank && c.adopt.FSLabel != "" {
 		return false
 	}
-	d := usbDevice{ID: m.ID, Vendor: m.Vendor, Model: m.Model, Serial: m.Serial, ByID: m.ByID, ByPath: m.ByPath}
-	return selectionMismatch(c.adopt.Selection, d) == ""
+	d := media.Device{ID: m.ID, Vendor: m.Vendor, Model: m.Model, Serial: m.Serial, ByID: m.ByID, ByPath: m.ByPath}
+	return media.Mismatch(c.adopt.Selection, d) == ""
 }
 
 // discoveryRetry is how long a medium that could not be made a volume (its file system needs

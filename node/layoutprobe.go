@@ -23,6 +23,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/media"
 )
 
 // What a free removable medium holds (layout.Probe: its partition table and signatures) is
@@ -73,7 +74,7 @@ func (c MounterConfig) probeCommand() ([]string, error) {
 // readMedium says what the free device d, opened read-only as f, holds (the package's
 // readMedium): in a prober process outside MounterInProcess (a recent look at the same medium
 // is reused), else here.
-func (m *Manager) readMedium(f layout.FileMedium, d usbDevice) (*mediumProbe, error) {
+func (m *Manager) readMedium(f layout.FileMedium, d media.Device) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
 		return readMedium(f)
 	}
@@ -412,7 +413,7 @@ func (e *layoutProbeEntry) finished() bool {
 
 // get returns the look at d (open as f) started less than probeCacheTTL ago, waits for the one
 // under way, or takes one with probe.
-func (c *layoutProbeCache) get(f *os.File, d usbDevice, lbs int, probe func() (*mediumProbe, error)) (*mediumProbe, error) {
+func (c *layoutProbeCache) get(f *os.File, d media.Device, lbs int, probe func() (*mediumProbe, error)) (*mediumProbe, error) {
 	key := layoutProbeKey{id: d.ID, kernel: d.Kernel, size: d.Size, lbs: lbs}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/csi-fat/csi-fat/internal/testenv"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -32,9 +33,9 @@ func probeManagers(cfg MounterConfig) (inProcess, prober *Manager) {
 }
 
 // probeStick is a stand-in stick of the given size, as the pool sees it.
-func probeStick(t *testing.T, fake *usbtest.Fake, size int64, serial string) (*usbtest.Stick, usbDevice) {
+func probeStick(t *testing.T, fake *usbtest.Fake, size int64, serial string) (*usbtest.Stick, media.Device) {
 	s := fake.Add(t, size, "Fake", "Probe", serial)
-	return s, usbDevice{ID: s.ByID, Kernel: s.Kernel, Path: s.Loop, Size: s.Size}
+	return s, media.Device{ID: s.ByID, Kernel: s.Kernel, Path: s.Loop, Size: s.Size}
 }
 
 func runTool(t *testing.T, stdin string, name string, args ...string) {
@@ -66,7 +67,7 @@ func TestProbeInProber(t *testing.T) {
 	runTool(t, "", "mkfs.ext4", "-q", "-F", ext4.Loop)
 	inProcess, prober := probeManagers(MounterConfig{})
 	for _, c := range []struct {
-		d            usbDevice
+		d            media.Device
 		state, conts string
 	}{
 		{superDev, mediumFAT, "superfloppy"},
@@ -116,7 +117,7 @@ func TestProbeInProber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []usbDevice{superDev, mbrDev, blankDev} {
+	for _, d := range []media.Device{superDev, mbrDev, blankDev} {
 		if _, err := prober.formatNewDevice(d.Path, params); err != nil {
 			t.Errorf("format %s: %v", d.Path, err)
 		} else if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {

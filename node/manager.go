@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,7 +32,7 @@ type Config struct {
 	// MaxVolumes bounds the volumes on this node (0: no bound).
 	MaxVolumes int
 	// USB enables the USB pool; nil leaves it off.
-	USB *USBConfig
+	USB *media.Config
 	// Mounter says where volumes are served: in this process (the zero value) or each in a
 	// mounter process of its own that outlives this one.
 	Mounter MounterConfig
@@ -44,7 +45,7 @@ type Manager struct {
 	cfg       Config
 	statePath string
 	images    imagePool
-	usb       *USBConfig
+	usb       *media.Config
 	mounts    *mounts
 	locks     *volume.Locks
 	// provision serializes choosing where a new volume goes with making it, so two creates
@@ -335,7 +336,7 @@ func (m *Manager) wipeUSB(rec volume.Record) error {
 	if m.usb == nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: the usb pool is not enabled, so its device cannot be wiped", rec.ID)
 	}
-	dev, err := m.usb.findUSB(rec.Device)
+	dev, err := m.usb.Find(rec.Device)
 	if errors.Is(err, os.ErrNotExist) {
 		return status.Errorf(codes.FailedPrecondition, "volume %s has reclaim=wipe but its device %s is not attached", rec.ID, rec.Device)
 	}
@@ -414,7 +415,7 @@ func (m *Manager) devicePath(rec volume.Record) (string, error) {
 	if m.usb == nil {
 		return "", status.Errorf(codes.FailedPrecondition, "volume %s is on a usb device but the usb pool is not enabled", rec.ID)
 	}
-	dev, err := m.usb.findUSB(rec.Device)
+	dev, err := m.usb.Find(rec.Device)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", status.Errorf(codes.FailedPrecondition, "volume %s: usb device %s is not attached", rec.ID, rec.Device)
 	}

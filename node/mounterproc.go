@@ -24,6 +24,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -709,7 +710,7 @@ func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
 // process of its own in process mode, so that the plugin never parses a medium's structures;
 // else in this process (checkFileSystem). partition names the partition to check ("": the whole
 // device, or its first FAT partition). It returns the volume's label.
-func (m *Manager) checkAdoptable(d usbDevice, partition string) (string, error) {
+func (m *Manager) checkAdoptable(d media.Device, partition string) (string, error) {
 	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
 	if errors.Is(err, blockdev.ErrInUse) && partition != "" && m.stagedOn(d.ID) {
 		// A volume on another partition of the stick is staged and holds it O_EXCL, which keeps

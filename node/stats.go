@@ -17,7 +17,7 @@ import (
 // alive at path.
 func (m *Manager) condition(rec volume.Record, h health, path string) (abnormal bool, msg string) {
 	if rec.Device != "" && m.usb != nil {
-		if _, err := m.usb.findUSB(rec.Device); err != nil {
+		if _, err := m.usb.Find(rec.Device); err != nil {
 			return true, fmt.Sprintf("removable medium %s has disappeared: %v", rec.Device, err)
 		}
 	} else if rec.Device == "" {

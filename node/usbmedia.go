@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/csi-fat/csi-fat/fatvol/layout"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -27,11 +28,11 @@ const (
 
 // excludedContent is the short kind of each reason a device is not a member, for the metric.
 var excludedContent = map[string]string{
-	excludedNotWhole:     "partition",
-	excludedNotRemovable: "not_removable",
-	excludedNotOnBus:     "not_on_bus",
-	excludedNoMedium:     "no_medium",
-	excludedNoIdentity:   "no_identity",
+	media.ExcludedNotWhole:     "partition",
+	media.ExcludedNotRemovable: "not_removable",
+	media.ExcludedNotOnBus:     "not_on_bus",
+	media.ExcludedNoMedium:     "no_medium",
+	media.ExcludedNoIdentity:   "no_identity",
 }
 
 // MediumStatus is one block device the removable-media pool looked at: who it is, its state and
@@ -76,7 +77,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 	if m.usb == nil {
 		return nil, fmt.Errorf("the removable-media pool is not enabled")
 	}
-	seen, err := m.usb.scanSeen()
+	seen, err := m.usb.ScanAll()
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 			st.ID = d.ByID[0] // not a member: its name, for the reader
 		}
 		switch {
-		case d.Excluded == excludedByLists:
+		case d.Excluded == media.ExcludedByLists:
 			st.State, st.Reason = mediumDenied, d.Excluded
 			if vol := claimed[d.ID]; vol != "" {
 				// A volume made before the lists changed keeps its device.
@@ -111,7 +112,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 			// Volumes hold some of its partitions: the others may still be adopted.
 			st.State, st.Content = mediumClaimed, "partition"
 			st.Reason = "partitions claimed: " + claimed[d.ID]
-			st.Partitions = m.partitionStatus(d.usbDevice, claims[d.ID])
+			st.Partitions = m.partitionStatus(d.Device, claims[d.ID])
 			if free := countFree(st.Partitions); free > 0 {
 				st.Reason += fmt.Sprintf("; %d more FAT partitions free for adopt=true", free)
 			}
@@ -121,9 +122,9 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 				st.Content = "held"
 			}
 		default:
-			st.State, st.Content, st.Reason = m.probeMedium(d.usbDevice)
+			st.State, st.Content, st.Reason = m.probeMedium(d.Device)
 			if st.Content == "partition" {
-				st.Partitions = m.partitionStatus(d.usbDevice, nil)
+				st.Partitions = m.partitionStatus(d.Device, nil)
 			}
 		}
 		out = append(out, st)
@@ -132,7 +133,7 @@ func (m *Manager) MediaStatus() ([]MediumStatus, error) {
 }
 
 // partitionStatus lists a member's FAT partitions and who holds them.
-func (m *Manager) partitionStatus(d usbDevice, claims *mediumClaims) []PartitionStatus {
+func (m *Manager) partitionStatus(d media.Device, claims *mediumClaims) []PartitionStatus {
 	probe, err := m.probeDevice(d)
 	if err != nil {
 		return nil
@@ -160,7 +161,7 @@ func countFree(ps []PartitionStatus) int {
 }
 
 // probeMedium names what a free device holds, and why that makes it usable or not.
-func (m *Manager) probeMedium(d usbDevice) (state, content, reason string) {
+func (m *Manager) probeMedium(d media.Device) (state, content, reason string) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
@@ -201,7 +202,7 @@ func describeProbe(pr *mediumProbe, err error) (state, content, reason string) {
 }
 
 // openRawMedium opens a device for a look at what it holds, without a claim.
-func openRawMedium(d usbDevice) (layout.FileMedium, error) {
+func openRawMedium(d media.Device) (layout.FileMedium, error) {
 	f, err := os.Open(d.Path)
 	if err != nil {
 		return layout.FileMedium{}, err

@@ -14,14 +14,15 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // freeUSB lists the devices a new volume may claim, or a partition of: allowed by the lists, not
 // used by the host, not claimed whole by another volume; smallest first. claims are the
 // volumes that hold partitions of them (and of other devices).
-func (m *Manager) freeUSB() (free []usbDevice, claims map[string]*mediumClaims, skipped []string, err error) {
-	devs, err := m.usb.scanUSB(true)
+func (m *Manager) freeUSB() (free []media.Device, claims map[string]*mediumClaims, skipped []string, err error) {
+	devs, err := m.usb.Scan(true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -42,7 +43,7 @@ func (m *Manager) freeUSB() (free []usbDevice, claims map[string]*mediumClaims, 
 // "") or one partition of it, and the volume's size, the partition's when the file system is in
 // one.
 type usbClaim struct {
-	dev       usbDevice
+	dev       media.Device
 	partition string
 	size      int64
 	label     string // an adopted file system's label (discovery mode labels its PV with it)
@@ -60,7 +61,7 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 	var why []string
 	fits := func(size int64) bool { return size >= required && (limit == 0 || size <= limit) }
 	for _, d := range free {
-		if miss := selectionMismatch(params.Selection, d); miss != "" {
+		if miss := media.Mismatch(params.Selection, d); miss != "" {
 			why = append(why, fmt.Sprintf("%s: %s", d.ID, miss))
 			continue
 		}
@@ -100,14 +101,14 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 	if len(why) == 0 {
 		why = []string{"no free removable medium is attached"}
 	}
-	return usbClaim{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", errNoDevice, required, limit, strings.Join(why, "; "))
+	return usbClaim{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", media.ErrNoDevice, required, limit, strings.Join(why, "; "))
 }
 
 // adoptUSB finds what a volume adopting a file system may take on device d: the device whole when
 // it is a superfloppy (or unclaimed and holding no table: the check says what is wrong), else the
 // first FAT partition that no volume claims, that the partition parameter names, whose size fits
 // and whose file system is whole. It returns nil and the reasons when there is none.
-func (m *Manager) adoptUSB(d usbDevice, claims *mediumClaims, fits func(int64) bool, params volume.Params) (*usbClaim, []string) {
+func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64) bool, params volume.Params) (*usbClaim, []string) {
 	probe, err := m.probeDevice(d)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
@@ -172,7 +173,7 @@ func probeSummary(p *mediumProbe) string {
 }
 
 // probeDevice reads what a device holds without claiming it (readMedium).
-func (m *Manager) probeDevice(d usbDevice) (*mediumProbe, error) {
+func (m *Manager) probeDevice(d media.Device) (*mediumProbe, error) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/driver"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 )
 
 func init() {
@@ -66,7 +67,7 @@ type driverFlags struct {
 	reserve                                                         sizeFlag
 	maxVolumes                                                      int
 	usb                                                             bool
-	usbCfg                                                          node.USBConfig
+	usbCfg                                                          media.Config
 	allowVendor, denyVendor, allowModel, denyModel                  listFlag
 	allowSerial, denySerial, allowByID, denyByID                    listFlag
 	allowByPath, denyByPath, includeByID, includeByPath             listFlag
@@ -84,7 +85,7 @@ func defaultNodeID() string {
 }
 
 func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
-	f := &driverFlags{reserve: 1 << 30, usbCfg: node.DefaultUSBConfig()}
+	f := &driverFlags{reserve: 1 << 30, usbCfg: media.DefaultConfig()}
 	fs := flag.NewFlagSet("driver", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "gRPC endpoint to serve CSI on: unix:///path/to/socket")

@@ -20,7 +20,7 @@ type Record struct {
 	Size    int64     `json:"size"`
 	Params  Params    `json:"params"`
 	Created time.Time `json:"created"`
-	// Device is a USB volume's device, by its stable identity (see usbDevice.ID), never a
+	// Device is a USB volume's device, by its stable identity (see media.Device.ID), never a
 	// /dev/sdX name, so that it is found again after re-plugging.
 	Device string `json:"device,omitempty"`
 	// Partition is the partition of Device the volume holds, by its identity on the medium

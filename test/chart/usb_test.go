@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 )
 
 func TestUSBOff(t *testing.T) {
@@ -37,7 +37,7 @@ func TestUSBOnDefaultPaths(t *testing.T) {
 	}
 	// The chart's defaults are the driver's, but for the mount table: the host's, not the
 	// container's.
-	def := node.DefaultUSBConfig()
+	def := media.DefaultConfig()
 	driver.checkFlags(t, map[string]string{
 		"media-sysfs-root":  def.SysfsRoot,
 		"media-by-id-dir":   def.ByIDDir,

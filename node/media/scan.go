@@ -1,4 +1,4 @@
-package node
+package media
 
 import (
 	"errors"
@@ -14,11 +14,11 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// USBConfig says where to look for removable media (USB disks, SD/MMC cards, and any block
+// Config says where to look for removable media (USB disks, SD/MMC cards, and any block
 // device an administrator names by a by-id or by-path pattern) and which may be used. The
 // defaults are the real system's places; tests point them at a tree of their own whose devices
-// are loop devices. The type keeps the pool's first name, usb, which volume IDs still carry.
-type USBConfig struct {
+// are loop devices. Volume IDs still carry the pool's first name, usb.
+type Config struct {
 	SysfsRoot  string // "/sys": block devices are <SysfsRoot>/block/<name>
 	DeviceGlob string // "sd*,mmcblk*": which names under <SysfsRoot>/block are candidates (comma-separated globs)
 	DevDir     string // "/dev": where <name>'s device node is
@@ -41,9 +41,9 @@ type USBConfig struct {
 	IncludeByID, IncludeByPath []string
 }
 
-// DefaultUSBConfig is the real system's layout with no allow, deny or include lists.
-func DefaultUSBConfig() USBConfig {
-	return USBConfig{
+// DefaultConfig is the real system's layout with no allow, deny or include lists.
+func DefaultConfig() Config {
+	return Config{
 		SysfsRoot:  "/sys",
 		DeviceGlob: "sd*,mmcblk*",
 		DevDir:     "/dev",
@@ -53,9 +53,9 @@ func DefaultUSBConfig() USBConfig {
 	}
 }
 
-// usbDevice is a whole block device of the pool: a removable disk on a USB bus, an SD/MMC card,
+// Device is a whole block device of the pool: a removable disk on a USB bus, an SD/MMC card,
 // or a device an include pattern names.
-type usbDevice struct {
+type Device struct {
 	// ID is the device's stable identity: its by-id name (usb-<vendor>_<model>_<serial>-0:0 as
 	// udev makes it) when there is one, else one built the same way from sysfs, else (for a
 	// device an include pattern names) its by-path name. It survives re-plugging, unlike the
@@ -73,46 +73,46 @@ type usbDevice struct {
 	Busy string
 }
 
-// seenDevice is a block device the scan looked at, and why it is not in the pool ("" when it
+// Seen is a block device the scan looked at, and why it is not in the pool ("" when it
 // is), for the status page: what an administrator sees when a stick is not used.
-type seenDevice struct {
-	usbDevice
+type Seen struct {
+	Device
 	Excluded string
 }
 
-// scanUSB lists the devices of the pool present, filters applied or not. Devices that cannot
+// Scan lists the devices of the pool present, filters applied or not. Devices that cannot
 // be identified stably (no serial and no by-id name) are left out: a volume must find its device
 // again after a re-plug.
-func (c *USBConfig) scanUSB(filtered bool) ([]usbDevice, error) {
-	seen, err := c.scanSeen()
+func (c *Config) Scan(filtered bool) ([]Device, error) {
+	seen, err := c.ScanAll()
 	if err != nil {
 		return nil, err
 	}
-	var out []usbDevice
+	var out []Device
 	for _, d := range seen {
-		if d.Excluded == "" || (!filtered && d.Excluded == excludedByLists) {
-			out = append(out, d.usbDevice)
+		if d.Excluded == "" || (!filtered && d.Excluded == ExcludedByLists) {
+			out = append(out, d.Device)
 		}
 	}
 	return out, nil
 }
 
-// Why a device the scan looked at is not a member of the pool. excludedByLists is the only reason
+// Why a device the scan looked at is not a member of the pool. ExcludedByLists is the only reason
 // that does not stop a volume already made on the device: it keeps working.
 const (
-	excludedByLists      = "left out by the allow and deny lists"
-	excludedNotWhole     = "not a whole block device (a partition, or gone)"
-	excludedNotRemovable = "not removable, and no include pattern names it"
-	excludedNotOnBus     = "not on a USB or MMC bus, and no include pattern names it"
-	excludedNoMedium     = "no medium"
-	excludedNoIdentity   = "no serial number and no by-id name: it could not be found again after a re-plug"
+	ExcludedByLists      = "left out by the allow and deny lists"
+	ExcludedNotWhole     = "not a whole block device (a partition, or gone)"
+	ExcludedNotRemovable = "not removable, and no include pattern names it"
+	ExcludedNotOnBus     = "not on a USB or MMC bus, and no include pattern names it"
+	ExcludedNoMedium     = "no medium"
+	ExcludedNoIdentity   = "no serial number and no by-id name: it could not be found again after a re-plug"
 )
 
-// scanSeen looks at every candidate: the names under <SysfsRoot>/block the device glob matches,
+// ScanAll looks at every candidate: the names under <SysfsRoot>/block the device glob matches,
 // and the devices the include patterns name. Members of the pool come first, smallest first;
 // then those the allow and deny lists leave out, then the others, each with the reason it is not
 // a member.
-func (c *USBConfig) scanSeen() ([]seenDevice, error) {
+func (c *Config) ScanAll() ([]Seen, error) {
 	names := map[string]bool{}
 	for _, glob := range strings.Split(c.DeviceGlob, ",") {
 		found, err := filepath.Glob(filepath.Join(c.SysfsRoot, "block", glob))
@@ -136,19 +136,19 @@ func (c *USBConfig) scanSeen() ([]seenDevice, error) {
 		}
 	}
 	mounted := c.mountedDevices()
-	var out []seenDevice
+	var out []Seen
 	for name := range names {
 		d := c.probe(filepath.Join(c.SysfsRoot, "block", name), byID, byPath, mounted)
-		if d.Excluded == "" && !c.allowed(&d.usbDevice) {
-			d.Excluded = excludedByLists
+		if d.Excluded == "" && !c.allowed(&d.Device) {
+			d.Excluded = ExcludedByLists
 		}
 		out = append(out, d)
 	}
-	rank := func(d seenDevice) int {
+	rank := func(d Seen) int {
 		switch d.Excluded {
 		case "":
 			return 0
-		case excludedByLists:
+		case ExcludedByLists:
 			return 1
 		}
 		return 2
@@ -169,32 +169,32 @@ func (c *USBConfig) scanSeen() ([]seenDevice, error) {
 	return out, nil
 }
 
-// findUSB finds a device by its stable ID, whatever the filters say now: a volume already made
+// Find finds a device by its stable ID, whatever the filters say now: a volume already made
 // on it keeps working.
-func (c *USBConfig) findUSB(id string) (usbDevice, error) {
-	devs, err := c.scanUSB(false)
+func (c *Config) Find(id string) (Device, error) {
+	devs, err := c.Scan(false)
 	if err != nil {
-		return usbDevice{}, err
+		return Device{}, err
 	}
 	for _, d := range devs {
 		if d.ID == id {
 			return d, nil
 		}
 	}
-	return usbDevice{}, fmt.Errorf("removable medium %s is not attached: %w", id, os.ErrNotExist)
+	return Device{}, fmt.Errorf("removable medium %s is not attached: %w", id, os.ErrNotExist)
 }
 
 // probe reads one /sys/block entry and says why it is not a member of the pool, if it is not:
 // not removable nor on a USB or MMC bus (and named by no include pattern), no medium, no stable
 // identity.
-func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted map[string]bool) seenDevice {
+func (c *Config) probe(sys string, byID, byPath map[string][]string, mounted map[string]bool) Seen {
 	kernel := filepath.Base(sys)
-	d := usbDevice{Kernel: kernel, Path: filepath.Join(c.DevDir, kernel)}
+	d := Device{Kernel: kernel, Path: filepath.Join(c.DevDir, kernel)}
 	if real, err := filepath.EvalSymlinks(d.Path); err == nil {
 		d.ByID, d.ByPath = byID[real], byPath[real]
 	}
 	if _, err := os.Stat(sys); err != nil {
-		return seenDevice{d, excludedNotWhole}
+		return Seen{d, ExcludedNotWhole}
 	}
 	sectors, _ := strconv.ParseInt(readAttr(sys, "size"), 10, 64)
 	d.Size = max(sectors, 0) * 512 // sysfs counts 512-byte sectors whatever the device's block size
@@ -208,12 +208,12 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 	switch {
 	case included:
 	case readAttr(sys, "removable") != "1":
-		return seenDevice{d, excludedNotRemovable}
+		return Seen{d, ExcludedNotRemovable}
 	case !usb && !mmc:
-		return seenDevice{d, excludedNotOnBus}
+		return Seen{d, ExcludedNotOnBus}
 	}
 	if d.Size == 0 {
-		return seenDevice{d, excludedNoMedium} // an empty card reader, or unreadable
+		return Seen{d, ExcludedNoMedium} // an empty card reader, or unreadable
 	}
 	if dev != "" {
 		d.Vendor, d.Model, d.Serial = readAttr(dev, "vendor"), readAttr(dev, "model"), usbSerial(dev)
@@ -239,10 +239,10 @@ func (c *USBConfig) probe(sys string, byID, byPath map[string][]string, mounted 
 		// The administrator named the port: the device is found again in that port.
 		d.ID = d.ByPath[0]
 	default:
-		return seenDevice{d, excludedNoIdentity}
+		return Seen{d, ExcludedNoIdentity}
 	}
 	d.Busy = busyReason(sys, kernel, mounted)
-	return seenDevice{d, ""}
+	return Seen{d, ""}
 }
 
 // onUSBBus tells whether a resolved sysfs device path runs through a USB controller
@@ -313,7 +313,7 @@ func readLinks(dir string) map[string][]string {
 }
 
 // mountedDevices are the major:minor numbers of every mounted file system's device.
-func (c *USBConfig) mountedDevices() map[string]bool {
+func (c *Config) mountedDevices() map[string]bool {
 	m := map[string]bool{}
 	data, err := os.ReadFile(c.MountInfo)
 	if err != nil {
@@ -330,7 +330,7 @@ func (c *USBConfig) mountedDevices() map[string]bool {
 }
 
 // allowed applies the allow and deny lists.
-func (c *USBConfig) allowed(d *usbDevice) bool {
+func (c *Config) allowed(d *Device) bool {
 	type rule struct {
 		allow, deny []string
 		values      []string
@@ -358,7 +358,7 @@ func (c *USBConfig) allowed(d *usbDevice) bool {
 }
 
 // ValidatePatterns checks the allow and deny lists' patterns once, at start-up.
-func (c *USBConfig) ValidatePatterns() error {
+func (c *Config) ValidatePatterns() error {
 	for _, list := range [][]string{c.AllowVendors, c.DenyVendors, c.AllowModels, c.DenyModels,
 		c.AllowSerials, c.DenySerials, c.AllowByID, c.DenyByID, c.AllowByPath, c.DenyByPath,
 		c.IncludeByID, c.IncludeByPath} {
@@ -400,5 +400,5 @@ func udevSafe(s string) string {
 	return b.String()
 }
 
-// errNoDevice is wrapped by claims that find no device.
-var errNoDevice = errors.New("no free removable medium fits")
+// ErrNoDevice is wrapped by claims that find no device.
+var ErrNoDevice = errors.New("no free removable medium fits")

@@ -1,4 +1,4 @@
-package node
+package media
 
 import (
 	"path/filepath"
