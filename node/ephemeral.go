@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -173,7 +174,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 			if pub.ReadOnly != readOnly {
 				return nil, status.Errorf(codes.AlreadyExists, "inline ephemeral volume %s is published at %s with readOnly=%v", volumeID, target, pub.ReadOnly)
 			}
-			if sv != nil && !sv.gone() && healthy(target) == nil {
+			if sv != nil && !sv.gone() && hostmount.Healthy(target) == nil {
 				return &csi.NodePublishVolumeResponse{}, nil
 			}
 		}
@@ -302,7 +303,7 @@ func (m *Manager) removeEphemeral(rec volume.Record) error {
 			return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
 		}
 	}
-	if err := m.mounts.detachAll(staging); err != nil {
+	if err := m.mounts.DetachAll(staging); err != nil {
 		return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
 	}
 	if err := os.Remove(staging); err != nil && !errors.Is(err, os.ErrNotExist) {

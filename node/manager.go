@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
@@ -46,7 +47,7 @@ type Manager struct {
 	statePath string
 	images    imagePool
 	usb       *media.Config
-	mounts    *mounts
+	mounts    *hostmount.Table
 	locks     *volume.Locks
 	// provision serializes choosing where a new volume goes with making it, so two creates
 	// cannot both count on the same free space or claim the same device.
@@ -90,7 +91,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		statePath: filepath.Join(cfg.StateDir, volume.StateFile),
 		images:    imagePool{dir: cfg.PoolDir, reserve: cfg.Reserve},
 		usb:       cfg.USB,
-		mounts:    newMounts(),
+		mounts:    hostmount.NewTable(),
 		locks:     volume.NewLocks(),
 		served:    map[string]*servedVolume{},
 	}
@@ -458,14 +459,14 @@ func (m *Manager) Release() {
 	m.served = map[string]*servedVolume{}
 	m.mu.Unlock()
 	for _, t := range targets {
-		if err := m.mounts.unmount(t); err != nil {
-			m.mounts.detachAll(t)
+		if err := m.mounts.Unmount(t); err != nil {
+			m.mounts.DetachAll(t)
 		}
 	}
 	for _, sv := range served {
 		if sv.remote != nil {
 			if err := sv.stop(); err != nil {
-				m.mounts.detachAll(sv.path)
+				m.mounts.DetachAll(sv.path)
 				if err := sv.stopRemote(); err != nil {
 					klog.ErrorS(err, "stopping a mounter", "volume", sv.id)
 				}
@@ -473,7 +474,7 @@ func (m *Manager) Release() {
 			continue
 		}
 		if err := sv.stop(); err != nil && !sv.gone() {
-			m.mounts.detachAll(sv.path)
+			m.mounts.DetachAll(sv.path)
 			select {
 			case <-sv.done:
 			case <-time.After(unmountWait):

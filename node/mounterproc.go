@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +23,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -358,68 +358,6 @@ func isMounterPID(pid int) bool {
 	return err == nil && strings.Contains(string(b), "\x00mounter\x00") && strings.Contains(string(b), "--listen-fd")
 }
 
-// mountFlags turns the options the kernel applies to a mount into mount(2)'s flags, as
-// fusermount does; nosuid and nodev are always in force.
-func mountFlags(opts mountopt.Options) uintptr {
-	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV)
-	if opts.ReadOnly {
-		flags |= unix.MS_RDONLY
-	}
-	for _, k := range opts.Kernel {
-		switch k {
-		case "noexec":
-			flags |= unix.MS_NOEXEC
-		case "exec":
-			flags &^= unix.MS_NOEXEC
-		case "noatime":
-			flags |= unix.MS_NOATIME
-		case "atime":
-			flags &^= unix.MS_NOATIME
-		case "relatime":
-			flags |= unix.MS_RELATIME
-		case "norelatime":
-			flags &^= unix.MS_RELATIME
-		case "strictatime":
-			flags |= unix.MS_STRICTATIME
-		case "nodiratime":
-			flags |= unix.MS_NODIRATIME
-		case "diratime":
-			flags &^= unix.MS_NODIRATIME
-		case "lazytime":
-			flags |= unix.MS_LAZYTIME
-		case "nolazytime":
-			flags &^= unix.MS_LAZYTIME
-		}
-	}
-	return flags
-}
-
-// fuseMount opens /dev/fuse and mounts it at path with the options fusermount would pass, so
-// the mount looks as one go-fuse makes: type fuse.fat, the device as its source.
-func fuseMount(source, path string, opts mountopt.Options) (*os.File, error) {
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	data := []string{
-		"fd=" + strconv.Itoa(int(f.Fd())),
-		"rootmode=40000",
-		"user_id=" + strconv.Itoa(os.Geteuid()),
-		"group_id=" + strconv.Itoa(os.Getegid()),
-		"max_read=" + strconv.Itoa(fuse.MAX_KERNEL_WRITE),
-		"default_permissions",
-		"allow_other",
-	}
-	if abs, err := filepath.Abs(source); err == nil {
-		source = abs
-	}
-	if err := unix.Mount(source, path, "fuse.fat", mountFlags(opts), strings.Join(data, ",")); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("mount fuse at %s: %w", path, err)
-	}
-	return f, nil
-}
-
 // mounterOptions is the option string a mounter serves with: the owner, group and masks this
 // process would default to (the mounter runs as another user with its own umask), then opts's.
 func mounterOptions(optString string) string {
@@ -494,7 +432,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 			return fail(codes.InvalidArgument, "%v", err)
 		}
 	}
-	fuseFile, err := fuseMount(devPath, st.Path, opts)
+	fuseFile, err := hostmount.MountFUSE(devPath, st.Path, opts)
 	if err != nil {
 		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
@@ -567,7 +505,7 @@ func (sv *servedVolume) stopRemote() error {
 	p := sv.remote
 	if p.isGone() {
 		// Nothing serves the mount: what was fsync'ed is on the device; take the dead mount away.
-		if err := newMounts().detachAll(sv.path); err != nil {
+		if err := hostmount.NewTable().DetachAll(sv.path); err != nil {
 			return err
 		}
 		p.remove()
@@ -627,7 +565,7 @@ func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*serv
 	if !s.Serving || filepath.Clean(s.Mountpoint) != st.Path || s.Volume != rec.ID {
 		return nil, fmt.Errorf("mounter %s serves %q at %q (serving=%v), not %s at %s", p, s.Volume, s.Mountpoint, s.Serving, rec.ID, st.Path)
 	}
-	if err := healthy(st.Path); err != nil {
+	if err := hostmount.Healthy(st.Path); err != nil {
 		return nil, err
 	}
 	p.pid = s.PID
@@ -696,7 +634,7 @@ func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
 	}
 	klog.InfoS("removing an orphaned mounter", "mounter", p.String(), "pid", s.PID, "volume", s.Volume, "mountpoint", s.Mountpoint)
 	if s.Mountpoint != "" && !staging[filepath.Clean(s.Mountpoint)] {
-		if err := m.mounts.detachAll(s.Mountpoint); err != nil {
+		if err := m.mounts.DetachAll(s.Mountpoint); err != nil {
 			klog.ErrorS(err, "unmounting an orphaned mounter's mount", "path", s.Mountpoint)
 		}
 	}

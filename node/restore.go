@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"k8s.io/klog/v2"
 )
@@ -71,8 +72,8 @@ func (m *Manager) Restore() error {
 		if sv == nil {
 			continue // not served: the dead mount stays until the volume is staged again
 		}
-		if sv.remote != nil && !sv.gone() && healthy(target) == nil {
-			if mounted, err := m.mounts.isMountPoint(target); err == nil && mounted {
+		if sv.remote != nil && !sv.gone() && hostmount.Healthy(target) == nil {
+			if mounted, err := m.mounts.IsMountPoint(target); err == nil && mounted {
 				continue // an adopted mounter's volume: the bind mount lived on with it
 			}
 		}
@@ -90,7 +91,7 @@ func (m *Manager) Restore() error {
 
 // forget drops a record and removes any mount left at path.
 func (m *Manager) forget(drop func(*volume.State), path string) {
-	if err := m.mounts.detachAll(path); err != nil {
+	if err := m.mounts.DetachAll(path); err != nil {
 		klog.ErrorS(err, "removing a stale mount", "path", path)
 	}
 	m.mu.Lock()

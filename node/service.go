@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,7 +130,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 	}
 	// Whatever is mounted here now is left over: a dead FUSE mount of an earlier run of the
 	// plugin, or of a mount that went away.
-	if err := m.mounts.detachAll(st.Path); err != nil {
+	if err := m.mounts.DetachAll(st.Path); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	var sv *servedVolume
@@ -177,7 +178,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 // isCorrupted tells whether path is a dead mount.
 func isCorrupted(path string) bool {
 	_, err := os.Stat(path)
-	return err != nil && !errors.Is(err, os.ErrNotExist) && healthy(path) != nil
+	return err != nil && !errors.Is(err, os.ErrNotExist) && hostmount.Healthy(path) != nil
 }
 
 // NodeUnstageVolume unmounts the staging path once nothing is published from it, writing
@@ -212,7 +213,7 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	if st == nil || st.Path != path {
 		// Not staged here: only a dead mount can be left to clean.
 		if isCorrupted(path) {
-			if err := m.mounts.detachAll(path); err != nil {
+			if err := m.mounts.DetachAll(path); err != nil {
 				return nil, status.Error(codes.Internal, err.Error())
 			}
 			return &csi.NodeUnstageVolumeResponse{}, nil
@@ -234,7 +235,7 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 				return nil, status.Errorf(codes.Internal, "unstage %s: %v", id, err)
 			}
 		}
-	} else if err := m.mounts.detachAll(path); err != nil {
+	} else if err := m.mounts.DetachAll(path); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	m.mu.Lock()
@@ -324,7 +325,7 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 		if int32(mode) != st.AccessMode {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with access mode %s", id, target, csi.VolumeCapability_AccessMode_Mode(st.AccessMode))
 		}
-		if healthy(target) == nil {
+		if hostmount.Healthy(target) == nil {
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
 	}
@@ -351,10 +352,10 @@ func (m *Manager) publish(id, name, staging, target string, readOnly bool) error
 	if err := os.MkdirAll(target, 0o750); err != nil && !isCorrupted(target) {
 		return status.Errorf(codes.Internal, "target path: %v", err)
 	}
-	if err := m.mounts.detachAll(target); err != nil {
+	if err := m.mounts.DetachAll(target); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	if err := m.mounts.bind(staging, target, readOnly); err != nil {
+	if err := m.mounts.Bind(staging, target, readOnly); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	m.mu.Lock()
@@ -362,7 +363,7 @@ func (m *Manager) publish(id, name, staging, target string, readOnly bool) error
 	m.state.Published[target] = &volume.PublishRecord{Name: name, ReadOnly: readOnly}
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Published, target)
-		m.mounts.unmount(target)
+		m.mounts.Unmount(target)
 		return err
 	}
 	klog.InfoS("published volume", "volume", id, "target", target, "readOnly", readOnly)
@@ -428,12 +429,12 @@ func (m *Manager) unbind(volume, target string, pub *volume.PublishRecord, sv *s
 			klog.ErrorS(err, "writing back before unpublishing", "volume", volume)
 		}
 	}
-	mounted, err := m.mounts.isMountPoint(target)
+	mounted, err := m.mounts.IsMountPoint(target)
 	if err != nil {
 		return status.Errorf(codes.Internal, "unpublish %s: %v", volume, err)
 	}
 	if mounted {
-		if err := m.mounts.unmount(target); err != nil {
+		if err := m.mounts.Unmount(target); err != nil {
 			return status.Errorf(codes.Internal, "unpublish %s: %v", volume, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,7 +41,7 @@ func (m *Manager) condition(rec volume.Record, h health, path string) (abnormal 
 	if h.gone != "" {
 		return true, h.gone
 	}
-	if err := healthy(path); err != nil {
+	if err := hostmount.Healthy(path); err != nil {
 		return true, fmt.Sprintf("mount at %s: %v", path, err)
 	}
 	if h.checkDamage != "" {

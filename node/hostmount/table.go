@@ -1,4 +1,4 @@
-package node
+package hostmount
 
 import (
 	"errors"
@@ -11,19 +11,19 @@ import (
 	mount "k8s.io/mount-utils"
 )
 
-// mounts does the node's bind mounts and mount-table look-ups with k8s.io/mount-utils.
-type mounts struct {
+// Table does the node's bind mounts and mount-table look-ups with k8s.io/mount-utils.
+type Table struct {
 	mounter   mount.Interface
 	mountInfo string // /proc/self/mountinfo
 }
 
-func newMounts() *mounts {
-	return &mounts{mounter: mount.New(""), mountInfo: "/proc/self/mountinfo"}
+func NewTable() *Table {
+	return &Table{mounter: mount.New(""), mountInfo: "/proc/self/mountinfo"}
 }
 
-// isMountPoint tells whether path is a mount point, by the mount table, so that a dead FUSE
+// IsMountPoint tells whether path is a mount point, by the mount table, so that a dead FUSE
 // mount (whose stat fails with ENOTCONN) counts too.
-func (m *mounts) isMountPoint(path string) (bool, error) {
+func (m *Table) IsMountPoint(path string) (bool, error) {
 	infos, err := mount.ParseMountInfo(m.mountInfo)
 	if err != nil {
 		return false, fmt.Errorf("read mount table: %w", err)
@@ -47,11 +47,11 @@ func canonical(path string) string {
 	return path
 }
 
-// detachAll removes every mount stacked at path, lazily, so that a dead FUSE mount left by a
+// DetachAll removes every mount stacked at path, lazily, so that a dead FUSE mount left by a
 // previous run of the plugin, or a bind mount of one, goes away even while something holds it.
-func (m *mounts) detachAll(path string) error {
+func (m *Table) DetachAll(path string) error {
 	for i := 0; i < 16; i++ {
-		mounted, err := m.isMountPoint(path)
+		mounted, err := m.IsMountPoint(path)
 		if err != nil || !mounted {
 			return err
 		}
@@ -63,8 +63,8 @@ func (m *mounts) detachAll(path string) error {
 	return fmt.Errorf("unmount stale mounts at %s: still mounted after 16 unmounts", path)
 }
 
-// healthy tells whether path answers statfs: a dead FUSE mount fails with ENOTCONN.
-func healthy(path string) error {
+// Healthy tells whether path answers statfs: a dead FUSE mount fails with ENOTCONN.
+func Healthy(path string) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return &os.PathError{Op: "statfs", Path: path, Err: err}
@@ -72,8 +72,8 @@ func healthy(path string) error {
 	return nil
 }
 
-// bind mounts source at target, read-only when asked.
-func (m *mounts) bind(source, target string, readOnly bool) error {
+// Bind mounts source at target, read-only when asked.
+func (m *Table) Bind(source, target string, readOnly bool) error {
 	opts := []string{"bind"}
 	if readOnly {
 		opts = append(opts, "ro")
@@ -84,15 +84,15 @@ func (m *mounts) bind(source, target string, readOnly bool) error {
 	return nil
 }
 
-// unmount unmounts target; a dead mount is detached instead. A busy mount is an error that
+// Unmount unmounts target; a dead mount is detached instead. A busy mount is an error that
 // wraps EBUSY.
-func (m *mounts) unmount(target string) error {
+func (m *Table) Unmount(target string) error {
 	err := unix.Unmount(target, 0)
 	if err == nil {
 		return nil
 	}
 	if _, serr := os.Stat(target); serr != nil && mount.IsCorruptedMnt(serr) {
-		return m.detachAll(target)
+		return m.DetachAll(target)
 	}
 	return &os.PathError{Op: "unmount", Path: target, Err: err}
 }
