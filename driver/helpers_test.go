@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 
@@ -60,6 +61,8 @@ func startDriver(t *testing.T, dir string, configure func(*Config)) *testDriver 
 			NodeID:   testNode,
 			StateDir: filepath.Join(dir, "state"),
 			PoolDir:  filepath.Join(dir, "pool"),
+			// The engine, for the in-process mode's tests; the mounter modes leave it unused.
+			InProcess: inprocess.Engine{},
 		},
 	}
 	if os.Getenv(testMounterEnv) != "" {

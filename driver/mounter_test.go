@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
-	"github.com/csi-fat/csi-fat/mounter"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -373,7 +373,7 @@ func TestHostileImageLeavesPluginServing(t *testing.T) {
 	requireFUSE(t)
 	for _, fault := range []string{"check-panic", "check-hang", "serve-panic"} {
 		t.Run(fault, func(t *testing.T) {
-			t.Setenv(mounter.FaultEnv, fault+":hostile")
+			t.Setenv(protocol.FaultEnv, fault+":hostile")
 			td := startDriver(t, "", func(c *Config) {
 				withMounters(c)
 				c.Node.Mounter.CheckTimeout = 2 * time.Second

@@ -20,6 +20,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/inprocess"
 )
 
 // childDriverEnv carries a Config to a copy of the test binary that runs the driver as its own
@@ -47,6 +48,7 @@ func runChildDriver(cfgJSON string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	cfg.Node.InProcess = inprocess.Engine{} // an interface: not in the JSON
 	d, err := New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,7 +76,7 @@ func startChild(t *testing.T, dir string, configure ...func(*Config)) *childDriv
 	t.Helper()
 	cfg := Config{
 		Endpoint: "unix://" + filepath.Join(dir, "csi.sock"),
-		Node:     node.Config{NodeID: testNode, StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool")},
+		Node:     node.Config{NodeID: testNode, StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool"), InProcess: inprocess.Engine{}},
 	}
 	for _, c := range configure {
 		c(&cfg)

@@ -100,9 +100,9 @@ func StatsOf(vol *fatvol.Volume, files bool) (*protocol.Stats, error) {
 	return out, nil
 }
 
-// meteredDevice counts a served device's requests and notes its I/O errors, and names it by
+// MeteredDevice counts a served device's requests and notes its I/O errors, and names it by
 // the path the plugin opened it at (fatfuse uses Path as the file system's source).
-type meteredDevice struct {
+type MeteredDevice struct {
 	*blockdev.Counting
 	path string
 
@@ -111,9 +111,14 @@ type meteredDevice struct {
 	lastErr error
 }
 
-func (d *meteredDevice) Path() string { return d.path }
+// NewMeteredDevice meters d, named path.
+func NewMeteredDevice(d blockdev.Device, path string) *MeteredDevice {
+	return &MeteredDevice{Counting: blockdev.NewCounting(d), path: path}
+}
 
-func (d *meteredDevice) note(err error) {
+func (d *MeteredDevice) Path() string { return d.path }
+
+func (d *MeteredDevice) note(err error) {
 	if err == nil || errors.Is(err, io.EOF) {
 		return
 	}
@@ -123,7 +128,7 @@ func (d *meteredDevice) note(err error) {
 	d.mu.Unlock()
 }
 
-func (d *meteredDevice) counters() protocol.Device {
+func (d *MeteredDevice) Counters() protocol.Device {
 	s := d.Stats()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -135,25 +140,25 @@ func (d *meteredDevice) counters() protocol.Device {
 	return out
 }
 
-func (d *meteredDevice) ReadAt(p []byte, off int64) (int, error) {
+func (d *MeteredDevice) ReadAt(p []byte, off int64) (int, error) {
 	n, err := d.Counting.ReadAt(p, off)
 	d.note(err)
 	return n, err
 }
 
-func (d *meteredDevice) WriteAt(p []byte, off int64) (int, error) {
+func (d *MeteredDevice) WriteAt(p []byte, off int64) (int, error) {
 	n, err := d.Counting.WriteAt(p, off)
 	d.note(err)
 	return n, err
 }
 
-func (d *meteredDevice) WritevAt(bufs [][]byte, off int64) (int, error) {
+func (d *MeteredDevice) WritevAt(bufs [][]byte, off int64) (int, error) {
 	n, err := d.Counting.WritevAt(bufs, off)
 	d.note(err)
 	return n, err
 }
 
-func (d *meteredDevice) Flush() error {
+func (d *MeteredDevice) Flush() error {
 	err := d.Counting.Flush()
 	d.note(err)
 	return err

@@ -11,20 +11,16 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"golang.org/x/sys/unix"
 )
-
-// ListenFD is the descriptor a plain-host mounter finds its listening control socket at: the
-// plugin creates the socket in its state directory (where the unprivileged mounter could not)
-// and passes it as the child's first extra file.
-const ListenFD = 3
 
 // Main runs the mounter command with its arguments (those after "mounter") and returns the exit
 // code. It is `csi-fat mounter`; test binaries that stand in for csi-fat call it too.
 func Main(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mounter", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listenFD := fs.Int("listen-fd", ListenFD, "descriptor of the listening control socket (SOCK_SEQPACKET) handed over by the plugin; -1 to listen at --socket")
+	listenFD := fs.Int("listen-fd", protocol.ListenFD, "descriptor of the listening control socket (SOCK_SEQPACKET) handed over by the plugin; -1 to listen at --socket")
 	socket := fs.String("socket", "", "listen for the plugin at this unix socket path instead of --listen-fd (a mounter pod's own socket)")
 	closeFDs := fs.String("close-fds", "", "descriptors inherited from the plugin to close at once, comma-separated")
 	fs.Usage = func() {

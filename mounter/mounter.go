@@ -37,12 +37,6 @@ const stopWait = 10 * time.Second
 // plugin's stop, to report how closing the volume went, before it exits anyway.
 const orphanWait = time.Minute
 
-// FaultEnv is a test hook: "<fault>:<text>" makes the mounter misbehave as a hostile medium
-// could make a parser do, for requests whose volume ID contains text. Faults: check-panic,
-// check-hang, serve-panic; probe-panic, probe-hang and probe-alloc (allocate without end) for the probe of a medium (ProbeMain) whose
-// device path contains text. Never set it outside tests.
-const FaultEnv = "CSI_FAT_MOUNTER_FAULT"
-
 // Server is a mounter: at most one volume, served once.
 type Server struct {
 	log    *slog.Logger
@@ -52,7 +46,7 @@ type Server struct {
 	mu         sync.Mutex
 	volumeID   string
 	mountpoint string
-	dev        *meteredDevice
+	dev        *MeteredDevice
 	vol        *fatvol.Volume
 	srv        *fatfuse.Server
 	checkDmg   string
@@ -167,7 +161,7 @@ func fail(err error, code string) *protocol.Response {
 
 // fault applies the test hook for op on volume.
 func fault(op, volume string) {
-	v := os.Getenv(FaultEnv)
+	v := os.Getenv(protocol.FaultEnv)
 	kind, text, ok := strings.Cut(v, ":")
 	if !ok || text == "" || !strings.Contains(volume, text) || !strings.HasPrefix(kind, op+"-") {
 		return
@@ -310,7 +304,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		fuseFile.Close()
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
-	dev := &meteredDevice{Counting: blockdev.NewCounting(fsDev), path: a.Source}
+	dev := NewMeteredDevice(fsDev, a.Source)
 	vo := fatfuse.VolumeOptions(opts)
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync
@@ -369,7 +363,16 @@ func (s *Server) status(files bool) *protocol.Status {
 	if vol == nil {
 		return st
 	}
-	st.Serving = !closed(done)
+	FillStatus(st, vol, srv, dev, !closed(done), true, files)
+	return st
+}
+
+// FillStatus fills in st what a served volume's state says: whether it is serving, its fence,
+// damage and FUSE failure, its device's counters, and, while serving, its dirty bytes and with
+// stats its statfs figures (file counts too with files). The plugin's in-process server reports
+// through it too, so that both modes' volume conditions read the same.
+func FillStatus(st *protocol.Status, vol *fatvol.Volume, srv *fatfuse.Server, dev *MeteredDevice, serving, stats, files bool) {
+	st.Serving = serving
 	if err := vol.Err(); err != nil {
 		st.Fence = err.Error()
 	}
@@ -379,18 +382,20 @@ func (s *Server) status(files bool) *protocol.Status {
 	if err := srv.Failure(); err != nil {
 		st.Failure = err.Error()
 	}
-	st.Device = dev.counters()
+	st.Device = dev.Counters()
 	if !st.Serving {
-		return st
+		return
 	}
 	st.DirtyBytes = vol.DirtyBytes()
-	stats, err := StatsOf(vol, files)
+	if !stats {
+		return
+	}
+	s, err := StatsOf(vol, files)
 	if err != nil {
 		st.StatsError = err.Error()
 	} else {
-		st.Stats = stats
+		st.Stats = s
 	}
-	return st
 }
 
 // stop waits for the session to end (the plugin unmounted it) and reports how closing the

@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -118,7 +117,7 @@ func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 			var dev *blockdev.File
 			dev, err = blockdev.FromFile(os.NewFile(uintptr(fd), dst.Name()), dst.Name(), blockdev.Exclusive)
 			if err == nil {
-				res, err = mounter.Check(dev, "", true, false)
+				res, err = m.cfg.InProcess.Check(dev, "", true, false)
 				if cerr := dev.Close(); err == nil && cerr != nil {
 					err = cerr
 				}

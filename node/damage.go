@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -22,8 +21,8 @@ const maxListedProblems = 5
 // volume's onDamage policy is readonly. It answers whether the volume must be served read-only
 // and, when so, why (the volume condition's message); with onDamage=fail, errors that are left
 // make it a FailedPrecondition error instead. A mounter process runs the same check
-// (mounter.Check) on the descriptor it is handed, and judgeCheck judges both.
-func checkBeforeServing(open opener, rec volume.Record, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
+// (mounter.Check, as m.cfg.InProcess.Check) on the descriptor it is handed, and judgeCheck judges both.
+func (m *Manager) checkBeforeServing(open opener, rec volume.Record, devPath string, readOnly bool) (forceReadOnly bool, why string, err error) {
 	repair := repairs(rec, readOnly)
 	claim := blockdev.ExclusiveReadOnly
 	if repair {
@@ -34,7 +33,7 @@ func checkBeforeServing(open opener, rec volume.Record, devPath string, readOnly
 		return false, "", status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to check it: %v", rec.ID, devPath, err)
 	}
 	defer dev.Close()
-	res, err := mounter.Check(dev, rec.Partition, repair, false)
+	res, err := m.cfg.InProcess.Check(dev, rec.Partition, repair, false)
 	if err != nil {
 		// Not a FAT file system any more, or a device that cannot be read or written.
 		return false, "", status.Errorf(codes.FailedPrecondition, "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)

@@ -13,11 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -256,7 +254,7 @@ func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, r
 	n, grew, err := sv.grow()
 	var remote *protocol.RemoteError
 	switch {
-	case errors.Is(err, fatvol.ErrGrowLimit) || errors.As(err, &remote) && remote.Code == protocol.CodeGrowLimit:
+	case errors.As(err, &remote) && remote.Code == protocol.CodeGrowLimit:
 		return 0, status.Errorf(codes.OutOfRange, "volume %s: %v", rec.ID, err)
 	case errors.Is(err, syscall.EROFS) || errors.As(err, &remote) && remote.Code == protocol.CodeReadOnly:
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is served read-only, so its file system cannot grow: %v", rec.ID, err)
@@ -312,5 +310,5 @@ func (sv *servedVolume) grow() (int64, bool, error) {
 		}
 		return resp.Grow.Bytes, resp.Grow.Grew, nil
 	}
-	return mounter.Grow(sv.vol, sv.dev.Counting.Device)
+	return sv.local.Grow()
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
 
@@ -22,11 +21,7 @@ var errOldMounter = errors.New("mounter too old")
 // and then the copy is not the volume of one moment.
 func (sv *servedVolume) holdForCopy(limit time.Duration) (release func() (time.Duration, error), err error) {
 	if sv.remote == nil {
-		h, err := mounter.HoldVolume(sv.vol, limit)
-		if err != nil {
-			return nil, fmt.Errorf("hold volume %s: %w", sv.id, err)
-		}
-		return h.Release, nil
+		return sv.local.Hold(limit)
 	}
 	p := sv.remote
 	if p.isGone() {

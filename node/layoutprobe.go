@@ -71,12 +71,11 @@ func (c MounterConfig) probeCommand() ([]string, error) {
 	return []string{command[0], "probe-medium"}, nil
 }
 
-// readMedium says what the free device d, opened read-only as f, holds (the package's
-// readMedium): in a prober process outside MounterInProcess (a recent look at the same medium
+// readMedium says what the free device d, opened read-only as f, holds: in a prober process outside MounterInProcess (a recent look at the same medium
 // is reused), else here.
 func (m *Manager) readMedium(f layout.FileMedium, d media.Device) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
-		return readMedium(f)
+		return m.readMediumHere(f)
 	}
 	return m.layoutProbes.get(f.File, d, f.BlockSize, func() (*mediumProbe, error) {
 		r, err := m.cfg.Mounter.runProbe(f.File, d.Path, d.Size, f.BlockSize)
@@ -93,7 +92,7 @@ func (m *Manager) readMedium(f layout.FileMedium, d media.Device) (*mediumProbe,
 // usable nor blank and has no table, with the reason: the device is then not written.
 func (m *Manager) probeForFormat(dev *blockdev.File) (*mediumProbe, error) {
 	if !m.cfg.Mounter.process() {
-		return readMedium(dev)
+		return m.readMediumHere(dev)
 	}
 	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", dev.OSFile().Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/internal/testenv"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
@@ -29,7 +29,7 @@ import (
 // processes (process mode): the only parts of a Manager the probe uses.
 func probeManagers(cfg MounterConfig) (inProcess, prober *Manager) {
 	cfg.Mode = MounterProcess
-	return &Manager{}, &Manager{cfg: Config{Mounter: cfg}}
+	return &Manager{cfg: Config{InProcess: inprocess.Engine{}}}, &Manager{cfg: Config{Mounter: cfg}}
 }
 
 // probeStick is a stand-in stick of the given size, as the pool sees it.
@@ -79,7 +79,7 @@ func TestProbeInProber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := readMedium(layout.FileMedium{File: f, Bytes: c.d.Size, BlockSize: 512})
+		want, err := (&Manager{cfg: Config{InProcess: inprocess.Engine{}}}).readMediumHere(layout.FileMedium{File: f, Bytes: c.d.Size, BlockSize: 512})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 	testenv.RequireLoop(t)
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "HANG01")
-	t.Setenv(mounter.FaultEnv, "probe-hang:"+stick.Loop)
+	t.Setenv(protocol.FaultEnv, "probe-hang:"+stick.Loop)
 	// Long enough for the prober (the race-built test binary, under load) to start and name
 	// itself, which its checks look for, before the limit kills it.
 	const timeout = 4 * time.Second
@@ -348,7 +348,7 @@ func TestProberDiesWithDriver(t *testing.T) {
 	fake := usbtest.New(t)
 	stick, _ := probeStick(t, fake, 32<<20, "ORPHAN01")
 	driver := exec.Command(os.Args[0], "-test.run=^$")
-	driver.Env = append(os.Environ(), probeParentEnv+"="+stick.Loop, mounter.FaultEnv+"=probe-hang:"+stick.Loop)
+	driver.Env = append(os.Environ(), probeParentEnv+"="+stick.Loop, protocol.FaultEnv+"=probe-hang:"+stick.Loop)
 	if err := driver.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestProberMemoryBound(t *testing.T) {
 	testenv.RequireLoop(t)
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "ALLOC01")
-	t.Setenv(mounter.FaultEnv, "probe-alloc:"+stick.Loop)
+	t.Setenv(protocol.FaultEnv, "probe-alloc:"+stick.Loop)
 	_, prober := probeManagers(MounterConfig{ProbeTimeout: time.Minute})
 	state, _, reason := prober.probeMedium(d)
 	// Go's runtime says "out of memory"; under the race detector (test/run) ThreadSanitizer's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,6 +38,9 @@ type Config struct {
 	// Mounter says where volumes are served: in this process (the zero value) or each in a
 	// mounter process of its own that outlives this one.
 	Mounter MounterConfig
+	// InProcess is the engine in this process (package node/inprocess), which the in-process
+	// mode serves, checks and reads media with; the other modes need none.
+	InProcess serving.Engine `json:"-"`
 }
 
 // Manager owns the node's volumes: their pools, their records in the node-local state, and
@@ -72,6 +76,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if err := cfg.Mounter.validate(); err != nil {
 		return nil, err
+	}
+	if !cfg.Mounter.process() && cfg.InProcess == nil {
+		return nil, fmt.Errorf("mounter mode %q serves volumes in this process, but no engine was given (node.Config.InProcess)", MounterInProcess)
 	}
 	if cfg.USB != nil {
 		if err := cfg.USB.ValidatePatterns(); err != nil {
@@ -476,11 +483,11 @@ func (m *Manager) Release() {
 		if err := sv.stop(); err != nil && !sv.gone() {
 			m.mounts.DetachAll(sv.path)
 			select {
-			case <-sv.done:
+			case <-sv.local.Done():
 			case <-time.After(unmountWait):
 				klog.ErrorS(err, "a detached mount is still in use; closing its volume under it", "volume", sv.id)
 			}
-			if err := sv.vol.Close(); err != nil {
+			if err := sv.local.Close(); err != nil {
 				klog.ErrorS(err, "writing back", "volume", sv.id)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,7 +14,7 @@ import (
 // TestInFlightAborted: a second operation on a volume while one runs is Aborted.
 func TestInFlightAborted(t *testing.T) {
 	dir := t.TempDir()
-	m, err := NewManager(Config{NodeID: "n", TopologyKey: "k/node", StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool")})
+	m, err := NewManager(Config{NodeID: "n", TopologyKey: "k/node", StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool"), InProcess: inprocess.Engine{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestInFlightAborted(t *testing.T) {
 		t.Fatalf("CreateVolume after the lock is released: %v", err)
 	}
 	// A new manager on the same directories knows the volume.
-	m2, err := NewManager(Config{NodeID: "n", TopologyKey: "k/node", StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool")})
+	m2, err := NewManager(Config{NodeID: "n", TopologyKey: "k/node", StateDir: filepath.Join(dir, "state"), PoolDir: filepath.Join(dir, "pool"), InProcess: inprocess.Engine{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -131,7 +130,7 @@ func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
 	if !c.MemoryOverhead.IsZero() {
 		cache := rec.Params.CacheBytes
 		if cache <= 0 {
-			cache = fatvol.DefaultCacheBytes
+			cache = volume.DefaultCacheBytes
 		}
 		limit := c.MemoryOverhead.DeepCopy()
 		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))

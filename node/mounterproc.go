@@ -21,7 +21,6 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
@@ -304,7 +303,7 @@ func (m *Manager) spawnMounter(rec volume.Record) (*mounterProc, error) {
 		os.Remove(socket)
 		return nil, err
 	}
-	cmd, exe, err := m.cfg.Mounter.unprivilegedCommand(command, []*os.File{lf}, "--listen-fd="+strconv.Itoa(mounter.ListenFD))
+	cmd, exe, err := m.cfg.Mounter.unprivilegedCommand(command, []*os.File{lf}, "--listen-fd="+strconv.Itoa(protocol.ListenFD))
 	if err != nil {
 		os.Remove(socket)
 		return nil, err
@@ -646,7 +645,7 @@ func (m *Manager) stopOrphan(p *mounterProc, staging map[string]bool) bool {
 
 // checkAdoptable checks a USB device's file system before a volume adopts it: in a mounter
 // process of its own in process mode, so that the plugin never parses a medium's structures;
-// else in this process (checkFileSystem). partition names the partition to check ("": the whole
+// else in this process. partition names the partition to check ("": the whole
 // device, or its first FAT partition). It returns the volume's label.
 func (m *Manager) checkAdoptable(d media.Device, partition string) (string, error) {
 	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
@@ -659,11 +658,13 @@ func (m *Manager) checkAdoptable(d media.Device, partition string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	if !m.cfg.Mounter.process() {
-		return checkFileSystem(dev, partition)
-	}
 	defer dev.Close()
-	res, err := m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true, Partition: partition})
+	var res *protocol.CheckResult
+	if m.cfg.Mounter.process() {
+		res, err = m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true, Partition: partition})
+	} else {
+		res, err = m.cfg.InProcess.Check(dev, partition, false, true)
+	}
 	if err != nil {
 		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}

@@ -3,39 +3,30 @@ package node
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
-	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/fatvol/layout"
-	"github.com/csi-fat/csi-fat/mounter"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// servedVolume is a staged volume: the engine open on its device, served through FUSE at the
-// staging path by this process.
+// servedVolume is a staged volume, served through FUSE at the staging path by a mounter
+// (remote) or, with --mounter=inprocess, by this process (local).
 type servedVolume struct {
 	id   string // the volume's ID, as logs and errors name it
 	path string // staging path
-	dev  *meteredDevice
-	vol  *fatvol.Volume
-	srv  *fatfuse.Server
-	done chan struct{} // closed when the FUSE mount is gone
 	// damage says why the volume is served read-only with file system errors; "" when it is
 	// served clean.
 	damage string
-	// remote is the mounter process serving the volume; dev, vol, srv and done are nil then.
-	remote *mounterProc
+	remote *mounterProc   // the mounter serving the volume, or nil
+	local  serving.Server // the server in this process, when remote is nil
 }
 
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
@@ -89,63 +80,19 @@ func mountOptionString(flags []string, group string, readOnly bool) (string, err
 	return strings.Join(opts, ","), nil
 }
 
-// volumeOptions are the engine's options for a write mode and mount options.
-func volumeOptions(opts mountopt.Options, mode string, cacheBytes int64) fatvol.Options {
-	vo := fatfuse.VolumeOptions(opts)
-	vo.CacheBytes = cacheBytes
-	vo.Flush = mode == volume.ModeFlush || opts.Flush
-	vo.Sync = mode == volume.ModeSync || opts.Sync
-	vo.Logger = engineLogger()
-	return vo
-}
-
-// engineLogger sends the engine's log to klog.
-func engineLogger() *slog.Logger { return slog.New(logr.ToSlogHandler(klog.Background())) }
-
-// serveVolume opens the device at devicePath and serves the file system in it (in the partition
-// that partition names, see volume.Record.Partition) at stagingPath. The device is
-// claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer under a
-// served volume would corrupt what it serves) until the volume is closed; a device another
-// writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
-func serveVolume(open opener, id, devicePath, partition, stagingPath string, opts mountopt.Options, mode string, cacheBytes int64) (*servedVolume, error) {
-	file, err := open(stagingClaim(opts.ReadOnly))
+// serveVolume serves rec's file system on devPath at the staging path in this process. The
+// device is claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer
+// under a served volume would corrupt what it serves) until the volume is closed; a device
+// another writer holds fails with an error matching blockdev.ErrInUse (see claimCode).
+func (m *Manager) serveVolume(rec volume.Record, devPath, stagingPath string, opts mountopt.Options) (*servedVolume, error) {
+	local, err := m.cfg.InProcess.Serve(m.stagingOpener(rec, devPath), serving.Args{
+		ID: rec.ID, DevicePath: devPath, Partition: rec.Partition, StagingPath: stagingPath,
+		Claim: stagingClaim(opts.ReadOnly), Options: opts, Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := file.OpenDirect(); err != nil {
-		klog.V(2).InfoS("large reads and writes go through the page cache", "volume", id, "reason", err)
-	}
-	// The file system of a superfloppy is the whole device; a partitioned stick's is the
-	// partition named (or its first FAT partition), served through a window that bounds every
-	// write.
-	fsDev, _, err := layout.Open(file, partition)
-	if err != nil {
-		file.Close()
-		return nil, fmt.Errorf("volume %s on %s: %w", id, devicePath, err)
-	}
-	dev := newMeteredDevice(fsDev, devicePath)
-	vo := volumeOptions(opts, mode, cacheBytes)
-	// NodeStageVolume checked the volume (and repaired it, or serves it read-only) just before:
-	// a clean unmount may mark it clean.
-	vo.Checked = true
-	vol, err := fatvol.Open(dev, vo)
-	if err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("open volume %s on %s: %w", id, devicePath, err)
-	}
-	srv, err := fatfuse.Mount(vol, stagingPath, opts)
-	if err != nil {
-		if cerr := vol.Close(); cerr != nil {
-			klog.ErrorS(cerr, "closing volume after a failed mount", "volume", id)
-		}
-		return nil, err
-	}
-	sv := &servedVolume{id: id, path: stagingPath, dev: dev, vol: vol, srv: srv, done: make(chan struct{})}
-	go func() {
-		srv.Wait()
-		close(sv.done)
-	}()
-	return sv, nil
+	return &servedVolume{id: rec.ID, path: stagingPath, local: local}, nil
 }
 
 // opener opens a volume's device for staging with a claim (Manager.stagingOpener).
@@ -206,7 +153,7 @@ func (sv *servedVolume) gone() bool {
 		return sv.remote.isGone()
 	}
 	select {
-	case <-sv.done:
+	case <-sv.local.Done():
 		return true
 	default:
 		return false
@@ -219,18 +166,15 @@ func (sv *servedVolume) stop() error {
 	if sv.remote != nil {
 		return sv.stopRemote()
 	}
-	if err := sv.srv.Unmount(); err != nil && !sv.gone() {
+	if err := sv.local.Unmount(); err != nil && !sv.gone() {
 		return err
 	}
 	select {
-	case <-sv.done:
+	case <-sv.local.Done():
 	case <-time.After(unmountWait):
 		return fmt.Errorf("unmount %s: the FUSE session did not end within %v", sv.path, unmountWait)
 	}
-	if err := sv.vol.Close(); err != nil {
-		return fmt.Errorf("write back volume %s: %w", sv.id, err)
-	}
-	return nil
+	return sv.local.Close()
 }
 
 // sync writes everything back to the device.
@@ -238,7 +182,7 @@ func (sv *servedVolume) sync() error {
 	if sv.remote != nil {
 		return sv.remote.sync()
 	}
-	return sv.vol.Sync()
+	return sv.local.Sync()
 }
 
 // health is what a volume's condition is judged by.
@@ -257,47 +201,31 @@ type health struct {
 // health reads the volume's state, with its statfs figures (and file counts with files) when
 // stats is set.
 func (sv *servedVolume) health(stats, files bool) health {
-	if sv.remote != nil {
-		s, err := sv.remote.status(stats && files)
-		if err != nil {
-			if sv.remote.isGone() || sv.remote.settle() {
-				return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
-			}
-			return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", sv.remote, err), checkDamage: sv.damage}
+	if sv.local != nil {
+		var s protocol.Status
+		sv.local.Status(&s, stats, files)
+		return healthOf(&s, sv.damage)
+	}
+	s, err := sv.remote.status(stats && files)
+	if err != nil {
+		if sv.remote.isGone() || sv.remote.settle() {
+			return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
 		}
-		h := health{fence: s.Fence, damage: s.Damage, failure: s.Failure, ioErrors: s.Device.Errors,
-			lastIOError: s.Device.LastError, checkDamage: s.CheckDamage, device: s.Device, dirty: s.DirtyBytes, stats: s.Stats}
-		if !s.Serving {
-			h.gone = "the FUSE mount has ended; stage the volume again"
-		}
-		if s.StatsError != "" {
-			h.statsErr = errors.New(s.StatsError)
-		}
-		return h
+		return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", sv.remote, err), checkDamage: sv.damage}
 	}
-	h := health{checkDamage: sv.damage}
-	if err := sv.vol.Err(); err != nil {
-		h.fence = err.Error()
-	}
-	if err := sv.vol.Damage(); err != nil {
-		h.damage = err.Error()
-	}
-	if err := sv.srv.Failure(); err != nil {
-		h.failure = err.Error()
-	}
-	n, last := sv.dev.ioErrors()
-	h.ioErrors = n
-	if last != nil {
-		h.lastIOError = last.Error()
-	}
-	if sv.gone() {
+	return healthOf(s, s.CheckDamage)
+}
+
+// healthOf is the health a server's status tells; checkDamage is what the check before serving
+// left.
+func healthOf(s *protocol.Status, checkDamage string) health {
+	h := health{fence: s.Fence, damage: s.Damage, failure: s.Failure, ioErrors: s.Device.Errors,
+		lastIOError: s.Device.LastError, checkDamage: checkDamage, device: s.Device, dirty: s.DirtyBytes, stats: s.Stats}
+	if !s.Serving {
 		h.gone = "the FUSE mount has ended; stage the volume again"
 	}
-	s := sv.dev.Stats()
-	h.device = protocol.Device{Reads: s.Reads, Writes: s.Writes, BytesRead: s.BytesRead, BytesWritten: s.BytesWritten, Flushes: s.Flushes, Errors: n}
-	h.dirty = sv.vol.DirtyBytes()
-	if stats {
-		h.stats, h.statsErr = mounter.StatsOf(sv.vol, files)
+	if s.StatsError != "" {
+		h.statsErr = errors.New(s.StatsError)
 	}
 	return h
 }

@@ -141,7 +141,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 		}
 		opts.ReadOnly = opts.ReadOnly || sv.damage != ""
 	} else {
-		forceReadOnly, damage, err := checkBeforeServing(m.stagingOpener(rec, devPath), rec, devPath, opts.ReadOnly)
+		forceReadOnly, damage, err := m.checkBeforeServing(m.stagingOpener(rec, devPath), rec, devPath, opts.ReadOnly)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 				return invalid("%v", err)
 			}
 		}
-		sv, err = serveVolume(m.stagingOpener(rec, devPath), rec.ID, devPath, rec.Partition, st.Path, opts, rec.Params.Mode, rec.Params.CacheBytes)
+		sv, err = m.serveVolume(rec, devPath, st.Path, opts)
 		if err != nil {
 			return status.Errorf(claimCode(err, codes.Internal), "serve volume %s at %s: %v", rec.ID, st.Path, err)
 		}

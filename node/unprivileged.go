@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/csi-fat/csi-fat/mounter"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
 )
 
 // mounterCommand is the command that runs a mounter: Command, or this executable's "mounter".
@@ -53,8 +53,8 @@ func (c MounterConfig) unprivilegedCommand(command []string, files []*os.File, a
 	argv = append(argv, args...)
 	argv = append(argv, "--close-fds="+exeFD)
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if v := os.Getenv(mounter.FaultEnv); v != "" {
-		env = append(env, mounter.FaultEnv+"="+v)
+	if v := os.Getenv(protocol.FaultEnv); v != "" {
+		env = append(env, protocol.FaultEnv+"="+v)
 	}
 	return &exec.Cmd{
 		Path:        "/proc/self/fd/" + exeFD,

@@ -29,29 +29,17 @@ type mediumProbe struct {
 	FATPartitions []layout.Partition
 }
 
-// readMedium names what the medium holds and lists its FAT partitions. It is the one place the
-// removable-media pool reads a medium's table (probeMedium, formatNewDevice, the claim of a
-// partition, the wipe of one), and runs here only with --mounter=inprocess: otherwise a prober
-// process does the reading and Manager.readMedium and probeForFormat (node/layoutprobe.go)
-// rebuild this from its answer.
-func readMedium(m layout.Medium) (*mediumProbe, error) {
-	r, err := layout.Probe(m)
+// readMediumHere names what the medium holds and lists its FAT partitions, in this process
+// (serving.Engine.ReadMedium): only with --mounter=inprocess. Otherwise a prober process does
+// the reading and Manager.readMedium and probeForFormat (node/layoutprobe.go) rebuild this from
+// its answer. Every look of the removable-media pool at a medium's table (probeMedium,
+// formatNewDevice, the claim of a partition, the wipe of one) goes through one of them.
+func (m *Manager) readMediumHere(med layout.Medium) (*mediumProbe, error) {
+	r, fat, err := m.cfg.InProcess.ReadMedium(med)
 	if err != nil {
 		return nil, err
 	}
-	out := &mediumProbe{Report: r}
-	if r.Layout == nil || (r.Layout.Kind != layout.MBR && r.Layout.Kind != layout.GPT) {
-		return out, nil
-	}
-	for _, p := range r.Layout.Partitions {
-		if !p.IsFATType() {
-			continue
-		}
-		if sig, ok, err := layout.ProbeAt(m, p.Start, p.Size); err == nil && ok && sig.Type == layout.TypeFAT {
-			out.FATPartitions = append(out.FATPartitions, p)
-		}
-	}
-	return out, nil
+	return &mediumProbe{Report: r, FATPartitions: fat}, nil
 }
 
 // partitioned tells whether the medium's FAT file systems are in partitions of a table.

@@ -3,16 +3,13 @@ package node
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/fatvol/fsck"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
@@ -247,51 +244,4 @@ func formatAndClose(dev *blockdev.File, params volume.Params) (layout.Partition,
 		err = cerr
 	}
 	return part, err
-}
-
-// checkFileSystem makes sure a device holds a FAT file system (on the whole device, in the
-// partition that partition names, or with "" in the first FAT partition of a partitioned stick)
-// that is whole and that the engine can serve, and returns its label: fatvol/fsck finds no error (fsck.fat -n's verdict; a volume not cleanly
-// unmounted counts), and the engine opens it read-only and reads every directory. The device is
-// claimed by the caller for the whole check (checkAdoptable), so what is checked cannot change
-// under it. file is closed when it returns.
-func checkFileSystem(file *blockdev.File, partition string) (string, error) {
-	path := file.Path()
-	dev, _, err := layout.Open(file, partition)
-	if err != nil {
-		file.Close()
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	rep, err := fsck.Check(dev)
-	if err != nil {
-		dev.Close()
-		return "", fmt.Errorf("check %s: %w", path, err)
-	}
-	if !rep.Clean() {
-		problems := rep.Errors()
-		var msgs []string
-		for i, p := range problems {
-			if i == 3 {
-				msgs = append(msgs, fmt.Sprintf("and %d more", len(problems)-i))
-				break
-			}
-			msgs = append(msgs, p.String())
-		}
-		dev.Close()
-		return "", fmt.Errorf("check %s: the file system needs repair: %s", path, strings.Join(msgs, "; "))
-	}
-	vol, err := fatvol.Open(dev, fatvol.Options{ReadOnly: true, Logger: engineLogger()})
-	if err != nil {
-		dev.Close()
-		return "", err
-	}
-	walkErr := fs.WalkDir(vol, ".", func(_ string, _ fs.DirEntry, err error) error { return err })
-	label := vol.Label()
-	if err := vol.Close(); walkErr == nil {
-		walkErr = err
-	}
-	if walkErr != nil {
-		return "", fmt.Errorf("%s: %w", path, walkErr)
-	}
-	return label, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/driver"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -196,8 +197,9 @@ func demo(f *demoFlags, logPath string, signals <-chan os.Signal) (kept bool, er
 			StateDir: filepath.Join(f.dir, "state"),
 			PoolDir:  filepath.Join(f.dir, "pool"),
 			// The demo's pool lives wherever DIR is: keep only a small reserve.
-			Reserve: 64 << 20,
-			Mounter: node.MounterConfig{Mode: f.mounter},
+			Reserve:   64 << 20,
+			Mounter:   node.MounterConfig{Mode: f.mounter},
+			InProcess: inprocess.Engine{},
 		},
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/driver"
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/media"
 )
 
@@ -192,6 +193,9 @@ func (f *driverFlags) config() driver.Config {
 			PoolDir:    f.poolDir,
 			Reserve:    int64(f.reserve),
 			MaxVolumes: f.maxVolumes,
+			// Used only by --mounter=inprocess; every binary links the engine for the mounter
+			// and prober subcommands anyway.
+			InProcess: inprocess.Engine{},
 		},
 	}
 	if f.usb {

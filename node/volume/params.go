@@ -29,10 +29,12 @@ const (
 )
 
 // Bounds of cacheSize: below the smallest the writer flushes all the time; the largest keeps one
-// volume from taking a node's memory.
+// volume from taking a node's memory. DefaultCacheBytes is the engine's own default
+// (fatvol.DefaultCacheBytes, which a test holds it to), here for the mounter pods' memory limits.
 const (
-	MinCacheBytes = 4 << 20
-	MaxCacheBytes = 16 << 30
+	MinCacheBytes     = 4 << 20
+	MaxCacheBytes     = 16 << 30
+	DefaultCacheBytes = 64 << 20
 )
 
 // Write modes: how eagerly a staged volume writes back (fatvol.Options).

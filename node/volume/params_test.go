@@ -3,6 +3,8 @@ package volume
 import (
 	"strings"
 	"testing"
+
+	"github.com/csi-fat/csi-fat/fatvol"
 )
 
 func TestParseVolumeID(t *testing.T) {
@@ -115,5 +117,12 @@ func TestParseParams(t *testing.T) {
 		if again, err := ParseParams(got.Map()); err != nil || again != got {
 			t.Errorf("ParseParams(%v.Map()) = %+v, %v", got, again, err)
 		}
+	}
+}
+
+// TestDefaultCacheIsEngines: the mounter pods' memory limits count the engine's own default.
+func TestDefaultCacheIsEngines(t *testing.T) {
+	if DefaultCacheBytes != fatvol.DefaultCacheBytes {
+		t.Fatalf("volume.DefaultCacheBytes = %d, the engine's default is %d", DefaultCacheBytes, fatvol.DefaultCacheBytes)
 	}
 }
