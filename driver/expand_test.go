@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -67,7 +67,7 @@ func TestExpandCapabilities(t *testing.T) {
 func TestExpandWhileWriting(t *testing.T) {
 	requireFUSE(t)
 	testenv.RequireTool(t, "fsck.fat", "mdir", "mcopy")
-	for _, mode := range []string{node.MounterInProcess, node.MounterProcess} {
+	for _, mode := range []string{mounters.InProcess, mounters.Process} {
 		t.Run(mode, func(t *testing.T) {
 			td := startDriver(t, "", func(c *Config) { c.Node.Mounter.Mode = mode })
 			ctx := context.Background()
@@ -367,7 +367,7 @@ func mtoolsRun(t *testing.T, tool string, args ...string) string {
 func TestExpandAcrossRestart(t *testing.T) {
 	requireFUSE(t)
 	testenv.RequireTool(t, "fsck.fat")
-	for _, mode := range []string{node.MounterInProcess, node.MounterProcess} {
+	for _, mode := range []string{mounters.InProcess, mounters.Process} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Cleanup(func() { detachUnder(t, dir) })

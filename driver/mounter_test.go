@@ -23,12 +23,12 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // withMounters serves volumes in mounter processes (the test binary stands in for csi-fat).
-func withMounters(c *Config) { c.Node.Mounter.Mode = node.MounterProcess }
+func withMounters(c *Config) { c.Node.Mounter.Mode = mounters.Process }
 
 // stagedMounter reads the mounter record of a staged volume from the node state in dir.
 func stagedMounter(t *testing.T, dir, name string) *volume.MounterRecord {

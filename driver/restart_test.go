@@ -29,7 +29,7 @@ const childDriverEnv = "CSI_FAT_TEST_CHILD_DRIVER"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "mounter" {
-		// The test binary stands in for csi-fat as the mounter command (MounterConfig.Command).
+		// The test binary stands in for csi-fat as the mounter command (mounters.Config.Command).
 		os.Exit(mounter.Main(os.Args[2:], os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "probe-medium" {

@@ -14,8 +14,13 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
+
+// holdLimit bounds how long a volume in use is held for a copy: if the copy has not ended by
+// then (or the plugin hangs or dies meanwhile), applications go on and the copy is void.
+const holdLimit = 10 * time.Minute
 
 // holdMargin is how long before the hold's limit a copy of a volume in use gives up, so that
 // its release comes while the volume is still held.
@@ -29,7 +34,7 @@ type copied struct {
 }
 
 // copyVolume copies the volume's device (its image, or its USB stick) into dst, an empty file in
-// the image pool, and checks the copy. A staged volume is held meanwhile (holdForCopy): written
+// the image pool, and checks the copy. A staged volume is held meanwhile (servedVolume.hold): written
 // back and made durable, no operation let through until the copy is made, so the copy is the
 // volume of one moment with all that was written before it; a reflink makes the hold a moment,
 // a sparse copy makes it last the copy. A volume that is not staged is claimed, so that no
@@ -57,8 +62,8 @@ func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (cop
 			return copied{}, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
 		}
 		defer src.Close()
-		release, err := sv.holdForCopy(holdLimit)
-		if errors.Is(err, errOldMounter) {
+		release, err := sv.hold(holdLimit)
+		if errors.Is(err, mounters.ErrOld) {
 			return copied{}, status.Errorf(codes.FailedPrecondition, "%v", err)
 		}
 		if err != nil {
@@ -107,7 +112,7 @@ func copyError(what string, err error) error {
 func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 	var res *protocol.CheckResult
 	var err error
-	if m.cfg.Mounter.process() {
+	if m.cfg.Mounter.OutOfProcess() {
 		res, err = m.checkInMounter("copy-check:"+rec.Name, dst, protocol.CheckArgs{Repair: true})
 	} else {
 		// A duplicate, so that the check's claim and close leave dst as it is.
@@ -139,21 +144,21 @@ func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 // checkInMounter checks the file system on f in a short-lived mounter of its own, named name,
 // as args say (repair, walk), so that this process never parses what a medium holds.
 func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArgs) (*protocol.CheckResult, error) {
-	p, err := m.startMounter(volume.Record{ID: name, Name: name})
+	p, err := m.launcher.Start(volume.Record{ID: name, Name: name})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p.call(&protocol.Request{Op: protocol.OpCheck, Check: &args}, m.cfg.Mounter.checkTimeout(), int(f.Fd()))
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &args}, m.cfg.Mounter.CheckLimit(), int(f.Fd()))
 	if err == nil {
-		if _, serr := p.call(&protocol.Request{Op: protocol.OpStop}, callTimeout); serr == nil {
-			p.settle()
+		if _, serr := p.Call(&protocol.Request{Op: protocol.OpStop}, mounters.CallTimeout); serr == nil {
+			p.Settle()
 		}
 	}
 	var re *protocol.RemoteError
-	if err != nil && !errors.As(err, &re) && p.settle() {
-		err = fmt.Errorf("%v (%s)", err, p.endedWhy())
+	if err != nil && !errors.As(err, &re) && p.Settle() {
+		err = fmt.Errorf("%v (%s)", err, p.EndedWhy())
 	}
-	p.discard()
+	p.Discard()
 	if err != nil {
 		return nil, err
 	}

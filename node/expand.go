@@ -17,6 +17,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -298,10 +299,10 @@ func (m *Manager) growToImage(rec volume.Record, st *volume.StageRecord, sv *ser
 // grow grows the served file system to its device's size now; it tells whether it grew.
 func (sv *servedVolume) grow() (int64, bool, error) {
 	if sv.remote != nil {
-		if sv.remote.isGone() {
-			return 0, false, errors.New(sv.remote.endedWhy())
+		if sv.remote.IsGone() {
+			return 0, false, errors.New(sv.remote.EndedWhy())
 		}
-		resp, err := sv.remote.call(&protocol.Request{Op: protocol.OpGrow}, serveTimeout)
+		resp, err := sv.remote.Call(&protocol.Request{Op: protocol.OpGrow}, mounters.ServeTimeout)
 		if err != nil {
 			return 0, false, err
 		}

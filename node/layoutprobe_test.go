@@ -21,15 +21,18 @@ import (
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // probeManagers are a Manager that probes in this process and one that probes in prober
 // processes (process mode): the only parts of a Manager the probe uses.
-func probeManagers(cfg MounterConfig) (inProcess, prober *Manager) {
-	cfg.Mode = MounterProcess
-	return &Manager{cfg: Config{InProcess: inprocess.Engine{}}}, &Manager{cfg: Config{Mounter: cfg}}
+func probeManagers(cfg mounters.Config) (inProcess, withProber *Manager) {
+	cfg.Mode = mounters.Process
+	here := Config{InProcess: inprocess.Engine{}}
+	return &Manager{cfg: here, prober: prober.New(here.Mounter, here.InProcess)}, &Manager{cfg: Config{Mounter: cfg}, prober: prober.New(cfg, nil)}
 }
 
 // probeStick is a stand-in stick of the given size, as the pool sees it.
@@ -65,7 +68,7 @@ func TestProbeInProber(t *testing.T) {
 	runTool(t, "label: dos\nstart=2048, type=c\n", "sfdisk", "--no-reread", "--no-tell-kernel", "-q", mbr.Loop)
 	runTool(t, "", "mkfs.fat", "--offset=2048", mbr.Loop, fmt.Sprint((48<<20-1<<20)/1024))
 	runTool(t, "", "mkfs.ext4", "-q", "-F", ext4.Loop)
-	inProcess, prober := probeManagers(MounterConfig{})
+	inProcess, withProber := probeManagers(mounters.Config{})
 	for _, c := range []struct {
 		d            media.Device
 		state, conts string
@@ -79,11 +82,11 @@ func TestProbeInProber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := (&Manager{cfg: Config{InProcess: inprocess.Engine{}}}).readMediumHere(layout.FileMedium{File: f, Bytes: c.d.Size, BlockSize: 512})
+		want, err := inProcess.prober.Here(layout.FileMedium{File: f, Bytes: c.d.Size, BlockSize: 512})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := prober.cfg.Mounter.runProbe(f, c.d.Path, c.d.Size, 512)
+		got, err := prober.Run(withProber.cfg.Mounter, f, c.d.Path, c.d.Size, 512)
 		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", c.d.Path, err)
@@ -92,7 +95,7 @@ func TestProbeInProber(t *testing.T) {
 			t.Errorf("%s: the prober says\n%s\nlayout.Probe here says\n%s", c.d.Path, g, w)
 		}
 		ws, wc, wr := inProcess.probeMedium(c.d)
-		gs, gc, gr := prober.probeMedium(c.d)
+		gs, gc, gr := withProber.probeMedium(c.d)
 		if gs != ws || gc != wc || gr != wr || gs != c.state || gc != c.conts {
 			t.Errorf("%s: pool with a prober: %s, %q, %q; in process: %s, %q, %q; want %s, %q", c.d.Path, gs, gc, gr, ws, wc, wr, c.state, c.conts)
 		}
@@ -101,11 +104,11 @@ func TestProbeInProber(t *testing.T) {
 	// prober cuts it, and the pool names the stick as layout.Probe here does.
 	gpt, gptDev := probeStick(t, fake, 72<<20, "PROBE05")
 	runTool(t, "label: gpt\n"+strings.Repeat(",1M\n", 60), "sfdisk", "--no-reread", "--no-tell-kernel", "-q", gpt.Loop)
-	if key := diskSeq(openFile(t, gpt.Loop)); key == 0 || key == diskSeq(openFile(t, super.Loop)) {
-		t.Errorf("disk sequence numbers %d and %d of two loop devices: want two, not 0", key, diskSeq(openFile(t, super.Loop)))
+	if key := prober.DiskSeq(openFile(t, gpt.Loop)); key == 0 || key == prober.DiskSeq(openFile(t, super.Loop)) {
+		t.Errorf("disk sequence numbers %d and %d of two loop devices: want two, not 0", key, prober.DiskSeq(openFile(t, super.Loop)))
 	}
 	ws, wc, wr := inProcess.probeMedium(gptDev)
-	gs, gc, gr := prober.probeMedium(gptDev)
+	gs, gc, gr := withProber.probeMedium(gptDev)
 	cut := strings.TrimSuffix(gr, " (wipe=true formats it)")
 	if gs != ws || gc != wc || gs != mediumForeign || gc != "partition_table" || len(wr) < 4*protocol.MaxProbeReason ||
 		len(cut) > protocol.MaxProbeReason || !strings.HasSuffix(cut, " …") || !strings.HasPrefix(wr, strings.TrimSuffix(cut, " …")) {
@@ -118,14 +121,14 @@ func TestProbeInProber(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []media.Device{superDev, mbrDev, blankDev} {
-		if _, err := prober.formatNewDevice(d.Path, params); err != nil {
+		if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
 			t.Errorf("format %s: %v", d.Path, err)
-		} else if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+		} else if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
 			t.Errorf("%s after the format: %s, %s; want fat, superfloppy", d.Path, state, content)
 		}
 		runTool(t, "", "fsck.fat", "-n", d.Path)
 	}
-	_, err = prober.formatNewDevice(ext4Dev.Path, params)
+	_, err = withProber.formatNewDevice(ext4Dev.Path, params)
 	_, _, reason := inProcess.probeMedium(ext4Dev)
 	if want := reason[:strings.Index(reason, " (")]; err == nil || !strings.Contains(err.Error(), "not formatted: "+want) {
 		t.Errorf("format of the ext4 stick: %v; want not formatted: %s", err, want)
@@ -145,7 +148,7 @@ func openFile(t *testing.T, path string) *os.File {
 }
 
 // reportFields is what the pool reads of a look at a medium.
-func reportFields(pr *mediumProbe) string {
+func reportFields(pr *prober.Result) string {
 	r := pr.Report
 	kind := "nil"
 	var parts []layout.Partition
@@ -222,7 +225,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 	// Long enough for the prober (the race-built test binary, under load) to start and name
 	// itself, which its checks look for, before the limit kills it.
 	const timeout = 4 * time.Second
-	_, prober := probeManagers(MounterConfig{ProbeTimeout: timeout})
+	_, withProber := probeManagers(mounters.Config{ProbeTimeout: timeout})
 	check := func(t *testing.T, pid int) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
@@ -273,7 +276,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		start := time.Now()
 		go func() {
 			var v verdict
-			v.state, v.content, v.reason = prober.probeMedium(d)
+			v.state, v.content, v.reason = withProber.probeMedium(d)
 			done <- v
 		}()
 		pid := proberPID(t)
@@ -292,10 +295,10 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 	})
 	t.Run("Shared", func(t *testing.T) {
 		// Three looks at once at the device (a scrape, a GetCapacity, /media) share one prober.
-		prober.forgetProbe(d.Path) // the look before is still fresh
+		withProber.prober.Forget(d.Path) // the look before is still fresh
 		done := make(chan string, 3)
 		look := func() {
-			state, _, reason := prober.probeMedium(d)
+			state, _, reason := withProber.probeMedium(d)
 			done <- state + ": " + reason
 		}
 		go look()
@@ -318,7 +321,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
-		go func() { _, err := prober.formatNewDevice(d.Path, params); done <- err }()
+		go func() { _, err := withProber.formatNewDevice(d.Path, params); done <- err }()
 		check(t, proberPID(t))
 		// The claim is this process's: another exclusive open is refused meanwhile.
 		if dev, err := blockdev.Open(d.Path, false); err == nil {
@@ -383,8 +386,8 @@ func TestProberMemoryBound(t *testing.T) {
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "ALLOC01")
 	t.Setenv(protocol.FaultEnv, "probe-alloc:"+stick.Loop)
-	_, prober := probeManagers(MounterConfig{ProbeTimeout: time.Minute})
-	state, _, reason := prober.probeMedium(d)
+	_, withProber := probeManagers(mounters.Config{ProbeTimeout: time.Minute})
+	state, _, reason := withProber.probeMedium(d)
 	// Go's runtime says "out of memory"; under the race detector (test/run) ThreadSanitizer's
 	// allocator meets the bound first and says it could not allocate (errno 12, ENOMEM).
 	bounded := strings.Contains(reason, "out of memory") ||
@@ -402,38 +405,38 @@ func TestProberCache(t *testing.T) {
 	testenv.RequireTool(t, "mkfs.fat")
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "CACHE01")
-	_, prober := probeManagers(MounterConfig{})
-	if state, _, _ := prober.probeMedium(d); state != mediumBlank {
+	_, withProber := probeManagers(mounters.Config{})
+	if state, _, _ := withProber.probeMedium(d); state != mediumBlank {
 		t.Fatalf("a new stick: %s, want blank", state)
 	}
 	looked := time.Now()
 	runTool(t, "", "mkfs.fat", stick.Loop)
-	if state, _, _ := prober.probeMedium(d); state != mediumBlank && time.Since(looked) < probeCacheTTL {
-		t.Errorf("looked anew within %v: %s, want the blank of the look before", probeCacheTTL, state)
+	if state, _, _ := withProber.probeMedium(d); state != mediumBlank && time.Since(looked) < prober.CacheTTL {
+		t.Errorf("looked anew within %v: %s, want the blank of the look before", prober.CacheTTL, state)
 	}
 	other := d
 	other.Size -= 1 << 20
-	if state, content, _ := prober.probeMedium(other); state != mediumFAT || content != "superfloppy" {
+	if state, content, _ := withProber.probeMedium(other); state != mediumFAT || content != "superfloppy" {
 		t.Errorf("another size: %s, %s; want a new look: fat, superfloppy", state, content)
 	}
-	time.Sleep(probeCacheTTL)
-	if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {
-		t.Errorf("after %v: %s, %s; want fat, superfloppy", probeCacheTTL, state, content)
+	time.Sleep(prober.CacheTTL)
+	if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+		t.Errorf("after %v: %s, %s; want fat, superfloppy", prober.CacheTTL, state, content)
 	}
 	// Wiped behind the pool's back, then formatted by it: the format is seen at once.
 	runTool(t, "", "dd", "if=/dev/zero", "of="+stick.Loop, "bs=64k", "count=1", "conv=fsync", "status=none")
-	if state, _, _ := prober.probeMedium(d); state != mediumFAT {
-		t.Fatalf("within %v of the last look: %s, want fat", probeCacheTTL, state)
+	if state, _, _ := withProber.probeMedium(d); state != mediumFAT {
+		t.Fatalf("within %v of the last look: %s, want fat", prober.CacheTTL, state)
 	}
 	params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true", volume.ParamLabel: "FRESH"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runTool(t, "", "mkfs.ext4", "-q", "-F", stick.Loop)
-	if _, err := prober.formatNewDevice(d.Path, params); err != nil {
+	if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
 		t.Fatal(err)
 	}
-	if state, content, _ := prober.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+	if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
 		t.Errorf("right after the pool's format: %s, %s; want fat, superfloppy", state, content)
 	}
 	if out, _ := exec.Command("fatlabel", stick.Loop).Output(); strings.TrimSpace(string(out)) != "FRESH" {
@@ -503,8 +506,8 @@ func TestHostileProber(t *testing.T) {
 		{"writes without end", "yes", "did not answer within"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, prober := probeManagers(MounterConfig{ProbeCommand: hostileProber(t, c.body), ProbeTimeout: 2 * time.Second})
-			state, content, reason := prober.probeMedium(d)
+			_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, c.body), ProbeTimeout: 2 * time.Second})
+			state, content, reason := withProber.probeMedium(d)
 			if state != mediumUnreadable || content != "" || !strings.Contains(reason, c.want) {
 				t.Errorf("%s, %q, %q; want unreadable for %q", state, content, reason, c.want)
 			}
@@ -515,16 +518,16 @@ func TestHostileProber(t *testing.T) {
 	}
 	t.Run("well-formed", func(t *testing.T) {
 		long := strings.Repeat("é", 3000)
-		_, prober := probeManagers(MounterConfig{ProbeCommand: hostileProber(t, answer(`{"usable":false,"table":"unknown","whole":"ntfs","reason":"it holds NTFS\u0007\n`+long+`"}`))})
-		state, content, reason := prober.probeMedium(d)
+		_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":false,"table":"unknown","whole":"ntfs","reason":"it holds NTFS\u0007\n`+long+`"}`))})
+		state, content, reason := withProber.probeMedium(d)
 		if state != mediumForeign || content != layout.TypeNTFS || !strings.HasPrefix(reason, "it holds NTFS  éé") {
 			t.Errorf("%s, %q, %.40q; want foreign, ntfs, the reason cleaned", state, content, reason)
 		}
 		if r := []byte(reason); bytes.ContainsAny(r, "\a\n") || len(r) > protocol.MaxProbeReason+100 {
 			t.Errorf("reason not cleaned or cut: %d bytes", len(r))
 		}
-		_, prober = probeManagers(MounterConfig{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
-		if state, content, reason := prober.probeMedium(d); state != mediumFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
+		_, withProber = probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
+		if state, content, reason := withProber.probeMedium(d); state != mediumFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
 			t.Errorf("%s, %q, %q; want fat in partition 1", state, content, reason)
 		}
 	})

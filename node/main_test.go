@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/mounter"
+	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/prober"
 )
 
 // probeParentEnv makes the test binary a driver that runs one prober on the device it names and
@@ -24,7 +26,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		_, err = MounterConfig{Mode: MounterProcess, ProbeTimeout: time.Minute}.runProbe(f, dev, 1<<20, 512)
+		_, err = prober.Run(mounters.Config{Mode: mounters.Process, ProbeTimeout: time.Minute}, f, dev, 1<<20, 512)
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

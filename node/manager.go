@@ -13,6 +13,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
@@ -37,7 +39,7 @@ type Config struct {
 	USB *media.Config
 	// Mounter says where volumes are served: in this process (the zero value) or each in a
 	// mounter process of its own that outlives this one.
-	Mounter MounterConfig
+	Mounter mounters.Config
 	// InProcess is the engine in this process (package node/inprocess), which the in-process
 	// mode serves, checks and reads media with; the other modes need none.
 	InProcess serving.Engine `json:"-"`
@@ -57,8 +59,10 @@ type Manager struct {
 	// cannot both count on the same free space or claim the same device.
 	provision sync.Mutex
 
-	// layoutProbes are the recent looks at what free removable media hold.
-	layoutProbes layoutProbeCache
+	// launcher starts, adopts and ends the mounters outside the in-process mode.
+	launcher *mounters.Launcher
+	// prober looks at what free removable media hold.
+	prober *prober.Prober
 
 	mu     sync.Mutex // guards state and served
 	state  *volume.State
@@ -74,11 +78,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.TopologyKey == "" {
 		return nil, fmt.Errorf("no topology key")
 	}
-	if err := cfg.Mounter.validate(); err != nil {
+	if err := cfg.Mounter.Validate(); err != nil {
 		return nil, err
 	}
-	if !cfg.Mounter.process() && cfg.InProcess == nil {
-		return nil, fmt.Errorf("mounter mode %q serves volumes in this process, but no engine was given (node.Config.InProcess)", MounterInProcess)
+	if !cfg.Mounter.OutOfProcess() && cfg.InProcess == nil {
+		return nil, fmt.Errorf("mounter mode %q serves volumes in this process, but no engine was given (node.Config.InProcess)", mounters.InProcess)
 	}
 	if cfg.USB != nil {
 		if err := cfg.USB.ValidatePatterns(); err != nil {
@@ -100,6 +104,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		usb:       cfg.USB,
 		mounts:    hostmount.NewTable(),
 		locks:     volume.NewLocks(),
+		launcher:  mounters.NewLauncher(cfg.Mounter, cfg.StateDir, cfg.NodeID, cfg.PoolDir),
+		prober:    prober.New(cfg.Mounter, cfg.InProcess),
 		served:    map[string]*servedVolume{},
 	}
 	if err := m.images.removeLeftovers(); err != nil {
@@ -358,7 +364,7 @@ func (m *Manager) wipeUSB(rec volume.Record) error {
 	} else {
 		err = formatDevice(dev.Path, p)
 	}
-	m.forgetProbe(dev.Path)
+	m.prober.Forget(dev.Path)
 	if err != nil {
 		return status.Errorf(claimCode(err, codes.Internal), "wipe usb device %s (%s): %v", dev.ID, dev.Path, err)
 	}
@@ -474,7 +480,7 @@ func (m *Manager) Release() {
 		if sv.remote != nil {
 			if err := sv.stop(); err != nil {
 				m.mounts.DetachAll(sv.path)
-				if err := sv.stopRemote(); err != nil {
+				if err := sv.remote.Stop(sv.path); err != nil {
 					klog.ErrorS(err, "stopping a mounter", "volume", sv.id)
 				}
 			}

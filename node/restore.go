@@ -51,7 +51,7 @@ func (m *Manager) Restore() error {
 				continue
 			}
 			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "pod", st.Mounter.Pod, "reason", err)
-			m.dropMounter(st.Mounter, rec.ID)
+			m.launcher.Drop(st.Mounter, rec.ID)
 		}
 		if err := m.stage(rec, &st); err != nil {
 			klog.ErrorS(err, "serving a staged volume again", "volume", rec.ID, "path", st.Path)
@@ -82,7 +82,7 @@ func (m *Manager) Restore() error {
 			failed = append(failed, rec.ID+" at "+target)
 		}
 	}
-	m.removeOrphanMounters()
+	m.launcher.RemoveOrphans(m.stagedRecords)
 	if len(failed) > 0 {
 		return fmt.Errorf("restore: %d volume(s) could not be served again: %v", len(failed), failed)
 	}

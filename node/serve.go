@@ -13,6 +13,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -25,8 +26,8 @@ type servedVolume struct {
 	// damage says why the volume is served read-only with file system errors; "" when it is
 	// served clean.
 	damage string
-	remote *mounterProc   // the mounter serving the volume, or nil
-	local  serving.Server // the server in this process, when remote is nil
+	remote *mounters.Mounter // the mounter serving the volume, or nil
+	local  serving.Server    // the server in this process, when remote is nil
 }
 
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
@@ -150,7 +151,7 @@ func claimCode(err error, fallback codes.Code) codes.Code {
 // gone tells whether the FUSE mount has ended, e.g. unmounted from outside.
 func (sv *servedVolume) gone() bool {
 	if sv.remote != nil {
-		return sv.remote.isGone()
+		return sv.remote.IsGone()
 	}
 	select {
 	case <-sv.local.Done():
@@ -164,7 +165,7 @@ func (sv *servedVolume) gone() bool {
 // everything back and marks it clean. It fails, serving on, while the mount is busy.
 func (sv *servedVolume) stop() error {
 	if sv.remote != nil {
-		return sv.stopRemote()
+		return sv.remote.Stop(sv.path)
 	}
 	if err := sv.local.Unmount(); err != nil && !sv.gone() {
 		return err
@@ -180,7 +181,7 @@ func (sv *servedVolume) stop() error {
 // sync writes everything back to the device.
 func (sv *servedVolume) sync() error {
 	if sv.remote != nil {
-		return sv.remote.sync()
+		return sv.remote.Sync()
 	}
 	return sv.local.Sync()
 }
@@ -206,10 +207,10 @@ func (sv *servedVolume) health(stats, files bool) health {
 		sv.local.Status(&s, stats, files)
 		return healthOf(&s, sv.damage)
 	}
-	s, err := sv.remote.status(stats && files)
+	s, err := sv.remote.Status(stats && files)
 	if err != nil {
-		if sv.remote.isGone() || sv.remote.settle() {
-			return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.endedWhy()), checkDamage: sv.damage}
+		if sv.remote.IsGone() || sv.remote.Settle() {
+			return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.EndedWhy()), checkDamage: sv.damage}
 		}
 		return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", sv.remote, err), checkDamage: sv.damage}
 	}
@@ -228,4 +229,13 @@ func healthOf(s *protocol.Status, checkDamage string) health {
 		h.statsErr = errors.New(s.StatsError)
 	}
 	return h
+}
+
+// hold writes the volume back and holds every operation on it, in this process or in its
+// mounter, so that its device can be copied as it is (serving.Server.Hold, mounters.Mounter.Hold).
+func (sv *servedVolume) hold(limit time.Duration) (release func() (time.Duration, error), err error) {
+	if sv.remote == nil {
+		return sv.local.Hold(limit)
+	}
+	return sv.remote.Hold(limit)
 }

@@ -135,7 +135,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 	}
 	var sv *servedVolume
 	st.Mounter = nil
-	if m.cfg.Mounter.process() {
+	if m.cfg.Mounter.OutOfProcess() {
 		if sv, err = m.serveInMounter(rec, devPath, st); err != nil {
 			return err
 		}
@@ -303,7 +303,7 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if sv != nil && sv.remote != nil && sv.gone() {
 		// Its mounter died (killed, out of memory, a panic): kubelet may never stage it again,
 		// so serve it again here, after the check and repair of every staging.
-		klog.InfoS("serving again a volume whose mounter is gone", "volume", id.String(), "why", sv.remote.endedWhy())
+		klog.InfoS("serving again a volume whose mounter is gone", "volume", id.String(), "why", sv.remote.EndedWhy())
 		again := *st
 		if err := m.stage(rec, &again); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -167,13 +168,13 @@ func (m *Manager) probeMedium(d media.Device) (state, content, reason string) {
 		return mediumUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
 	defer f.File.Close()
-	pr, err := m.readMedium(f, d)
+	pr, err := m.prober.Look(f, d)
 	state, content, reason = describeProbe(pr, err)
 	return state, content, reason
 }
 
-// describeProbe names a medium's state and content from what readMedium found.
-func describeProbe(pr *mediumProbe, err error) (state, content, reason string) {
+// describeProbe names a medium's state and content from what prober.Look found.
+func describeProbe(pr *prober.Result, err error) (state, content, reason string) {
 	const usable = ": adopted by adopt=true, formatted for a new volume"
 	if err != nil {
 		return mediumUnreadable, "", fmt.Sprintf("its first sectors cannot be read: %v", err)

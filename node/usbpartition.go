@@ -22,39 +22,6 @@ import (
 // Claims: a medium claimed whole takes no other volume; a medium one of whose partitions is
 // claimed is never formatted nor wiped whole, and each partition is claimed once.
 
-// mediumProbe is what a free medium holds, as the pool sees it: layout.Probe's report, and the
-// partitions of its table that hold FAT (a FAT type and a FAT boot sector), each a volume.
-type mediumProbe struct {
-	*layout.Report
-	FATPartitions []layout.Partition
-}
-
-// readMediumHere names what the medium holds and lists its FAT partitions, in this process
-// (serving.Engine.ReadMedium): only with --mounter=inprocess. Otherwise a prober process does
-// the reading and Manager.readMedium and probeForFormat (node/layoutprobe.go) rebuild this from
-// its answer. Every look of the removable-media pool at a medium's table (probeMedium,
-// formatNewDevice, the claim of a partition, the wipe of one) goes through one of them.
-func (m *Manager) readMediumHere(med layout.Medium) (*mediumProbe, error) {
-	r, fat, err := m.cfg.InProcess.ReadMedium(med)
-	if err != nil {
-		return nil, err
-	}
-	return &mediumProbe{Report: r, FATPartitions: fat}, nil
-}
-
-// partitioned tells whether the medium's FAT file systems are in partitions of a table.
-func (p *mediumProbe) partitioned() bool {
-	return p.Layout != nil && (p.Layout.Kind == layout.MBR || p.Layout.Kind == layout.GPT)
-}
-
-// partition finds a partition of the table by its ID (layout.Partition.ID).
-func (p *mediumProbe) partition(id string) (layout.Partition, bool) {
-	if !p.partitioned() {
-		return layout.Partition{}, false
-	}
-	return p.Layout.Partition(id)
-}
-
 // mediumClaims are the volumes that hold a medium: the whole of it, or some of its partitions.
 type mediumClaims struct {
 	Whole      string            // the volume that claims the whole medium, or ""
@@ -124,12 +91,12 @@ func (m *Manager) wipePartition(path, id string, params volume.Params) error {
 		return err
 	}
 	defer dev.Close()
-	defer m.forgetProbe(path)
-	probe, err := m.probeForFormat(dev)
+	defer m.prober.Forget(path)
+	probe, err := m.prober.ForFormat(dev)
 	if err != nil {
 		return err
 	}
-	p, ok := probe.partition(id)
+	p, ok := probe.Partition(id)
 	if !ok {
 		return fmt.Errorf("partition %s: no such partition now: the device holds %s", id, probeSummary(probe))
 	}

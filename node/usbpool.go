@@ -12,6 +12,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/layout"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -111,7 +112,7 @@ func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
 	}
 	var why []string
-	if !probe.partitioned() {
+	if !probe.Partitioned() {
 		switch {
 		case claims != nil:
 			// Volumes hold partitions of a table that is gone: leave the device alone.
@@ -162,21 +163,21 @@ func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64
 }
 
 // probeSummary says in a few words what a medium holds.
-func probeSummary(p *mediumProbe) string {
+func probeSummary(p *prober.Result) string {
 	if p.Usable && p.Layout != nil {
 		return p.Layout.Describe()
 	}
 	return p.Reason
 }
 
-// probeDevice reads what a device holds without claiming it (readMedium).
-func (m *Manager) probeDevice(d media.Device) (*mediumProbe, error) {
+// probeDevice reads what a device holds without claiming it (prober.Look).
+func (m *Manager) probeDevice(d media.Device) (*prober.Result, error) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return nil, err
 	}
 	defer f.File.Close()
-	return m.readMedium(f, d)
+	return m.prober.Look(f, d)
 }
 
 // formattedSize is the size of the file system a format with these parameters leaves on a
@@ -217,9 +218,9 @@ func (m *Manager) formatNewDevice(path string, params volume.Params) (layout.Par
 	if err != nil {
 		return layout.Partition{}, err
 	}
-	defer m.forgetProbe(path)
+	defer m.prober.Forget(path)
 	if !params.Wipe {
-		r, err := m.probeForFormat(dev)
+		r, err := m.prober.ForFormat(dev)
 		if err == nil && !r.Usable && !r.Blank {
 			err = &foreignError{reason: r.Reason}
 		}

@@ -9,7 +9,7 @@ import (
 // free sticks: adopting, the largest free FAT partition (or superfloppy) the patterns and the
 // partition parameter select; else the largest stick no volume holds any of that is blank or
 // holds FAT (without wipe=true), less the first MiB with layout=mbr. Sticks are looked at
-// (readMedium, a few KiB of each) largest first.
+// (prober.Look, a few KiB of each) largest first.
 func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClaims, params volume.Params) int64 {
 	var best int64
 	for i := len(free) - 1; i >= 0; i-- {
@@ -36,7 +36,7 @@ func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClai
 		if err != nil {
 			continue
 		}
-		if !probe.partitioned() {
+		if !probe.Partitioned() {
 			if probe.Usable && claims[d.ID] == nil && params.Partition == "" {
 				best = max(best, d.Size)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/csi-fat/csi-fat/driver"
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/inprocess"
+	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -51,7 +52,7 @@ func newDemoFlagSet(out io.Writer) (*flag.FlagSet, *demoFlags) {
 	fs.Var(&f.size, "size", "volume size (K, M, G, T suffixes)")
 	fs.StringVar(&f.label, "label", "CSIFATDEMO", "volume label")
 	fs.StringVar(&f.mode, "mode", volume.ModeDefault, "write mode: default, flush or sync")
-	fs.StringVar(&f.mounter, "mounter", node.MounterProcess, "where the volume is served: process (a mounter process of its own, which outlives the driver) or inprocess")
+	fs.StringVar(&f.mounter, "mounter", mounters.Process, "where the volume is served: process (a mounter process of its own, which outlives the driver) or inprocess")
 	fs.BoolVar(&f.keep, "keep", false, "on exit keep the volume (its image in DIR/pool and the driver's record of it in DIR/state) for the next run instead of deleting it")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: csi-fat demo [OPTIONS]\n\n"+
@@ -162,7 +163,7 @@ func demoPreflight(mounter string) error {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return fmt.Errorf("needs /dev/fuse: %v", err)
 	}
-	if mounter == node.MounterInProcess {
+	if mounter == mounters.InProcess {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
 			return fmt.Errorf("--mounter=%s needs fusermount3, from Debian's fuse3 package (apt-get install fuse3): %v", mounter, err)
 		}
@@ -198,7 +199,7 @@ func demo(f *demoFlags, logPath string, signals <-chan os.Signal) (kept bool, er
 			PoolDir:  filepath.Join(f.dir, "pool"),
 			// The demo's pool lives wherever DIR is: keep only a small reserve.
 			Reserve:   64 << 20,
-			Mounter:   node.MounterConfig{Mode: f.mounter},
+			Mounter:   mounters.Config{Mode: f.mounter},
 			InProcess: inprocess.Engine{},
 		},
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/inprocess"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mounters"
 )
 
 func init() {
@@ -144,18 +145,18 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 }
 
 // mounterConfig reads --mounter and --mounter-user.
-func (f *driverFlags) mounterConfig() (node.MounterConfig, error) {
-	var c node.MounterConfig
+func (f *driverFlags) mounterConfig() (mounters.Config, error) {
+	var c mounters.Config
 	switch f.mounter {
 	case "auto":
-		c.Mode = node.MounterProcess
+		c.Mode = mounters.Process
 		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
-			c.Mode = node.MounterInProcess
+			c.Mode = mounters.InProcess
 			if f.pods.image != "" {
-				c.Mode = node.MounterPod
+				c.Mode = mounters.Pod
 			}
 		}
-	case node.MounterPod, node.MounterProcess, node.MounterInProcess:
+	case mounters.Pod, mounters.Process, mounters.InProcess:
 		c.Mode = f.mounter
 	default:
 		return c, fmt.Errorf("--mounter %q: want pod, process, inprocess or auto", f.mounter)
@@ -168,7 +169,7 @@ func (f *driverFlags) mounterConfig() (node.MounterConfig, error) {
 	}
 	uid32, gid32 := uint32(uid), uint32(gid)
 	c.UID, c.GID = &uid32, &gid32
-	if c.Mode == node.MounterPod {
+	if c.Mode == mounters.Pod {
 		pc, err := f.pods.config()
 		if err != nil {
 			return c, err

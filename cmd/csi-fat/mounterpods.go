@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-fat/csi-fat/internal/kubeapi"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/mounters"
 )
 
 // podFlags say how mounter pods are made (--mounter=pod).
@@ -36,11 +36,11 @@ func (p *podFlags) register(fs *flag.FlagSet) {
 }
 
 // config builds the pods' configuration with an in-cluster API client.
-func (p *podFlags) config() (*node.PodConfig, error) {
+func (p *podFlags) config() (*mounters.PodConfig, error) {
 	if p.image == "" || p.namespace == "" {
 		return nil, fmt.Errorf("--mounter=pod needs --mounter-image and --mounter-namespace (or $MOUNTER_IMAGE and $POD_NAMESPACE)")
 	}
-	c := &node.PodConfig{
+	c := &mounters.PodConfig{
 		Namespace: p.namespace, Image: p.image, PullPolicy: p.pullPolicy, KubeletDir: p.kubeletDir,
 		PriorityClassName: p.priorityClass, ImagePullSecrets: p.pullSecrets, StartTimeout: p.startTimeout,
 	}
@@ -61,7 +61,7 @@ func (p *podFlags) config() (*node.PodConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--mounter=pod: %w", err)
 	}
-	c.Pods = func(namespace string) node.PodClient { return client.Pods(namespace) }
+	c.Pods = func(namespace string) mounters.PodClient { return client.Pods(namespace) }
 	if self := os.Getenv("POD_NAME"); self != "" {
 		if c.Owner, err = controllerOf(c.Pods(p.namespace), p.namespace, self); err != nil {
 			return nil, err
@@ -73,7 +73,7 @@ func (p *podFlags) config() (*node.PodConfig, error) {
 // controllerOf is the controller (the DaemonSet) of the driver's own pod: mounter pods name it
 // as their owner, so that uninstalling the driver removes them, while an upgrade, which keeps
 // the DaemonSet, leaves them serving.
-func controllerOf(pods node.PodClient, namespace, pod string) (*metav1.OwnerReference, error) {
+func controllerOf(pods mounters.PodClient, namespace, pod string) (*metav1.OwnerReference, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	self, err := pods.Get(ctx, pod, metav1.GetOptions{})

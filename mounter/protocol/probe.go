@@ -3,7 +3,7 @@ package protocol
 // The probe of a removable medium (`csi-fat probe-medium`, package mounter's ProbeMain) answers
 // on its standard output with one ProbeAnswer as JSON: what layout.Probe found, reduced to what
 // the node plugin uses. The plugin reads at most MaxProbeAnswer bytes and checks every field
-// (node/layoutprobe.go): the prober parses an untrusted medium, so its answer is untrusted too.
+// (node/prober): the prober parses an untrusted medium, so its answer is untrusted too.
 
 // MaxProbeAnswer bounds the probe's answer; a longer one is refused. A table of
 // MaxProbeEntries partitions with long GPT names fits.

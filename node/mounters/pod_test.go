@@ -1,4 +1,4 @@
-package node
+package mounters
 
 import (
 	"testing"
@@ -12,16 +12,16 @@ import (
 // TestMounterPodSpec: a mounter pod runs on its node with nothing from the host and no
 // privilege, and its memory limit follows the volume's cache size.
 func TestMounterPodSpec(t *testing.T) {
-	m := &Manager{cfg: Config{NodeID: "worker-1", Mounter: MounterConfig{Mode: MounterPod, Pod: &PodConfig{
+	l := NewLauncher(Config{Mode: Pod, Pod: &PodConfig{
 		Namespace: "csi-fat", Image: "ghcr.io/csi-fat/csi-fat:v1", KubeletDir: "/var/lib/kubelet",
 		MemoryRequest: resource.MustParse("32Mi"), MemoryOverhead: resource.MustParse("160Mi"),
-	}}}}
+	}}, "", "worker-1", "")
 	for _, c := range []struct {
 		cache int64
 		limit string
 	}{{0, "224Mi"}, {256 << 20, "416Mi"}} {
 		rec := volume.Record{ID: "image:worker-1:pvc-1", Name: "pvc-1", Params: volume.Params{CacheBytes: c.cache}}
-		pod := m.mounterPodSpec(rec)
+		pod := l.podSpec(rec)
 		if pod.Spec.NodeName != "worker-1" || pod.Namespace != "csi-fat" || pod.Annotations[mounterVolumeAnnot] != rec.ID {
 			t.Errorf("pod on %q in %q for %q", pod.Spec.NodeName, pod.Namespace, pod.Annotations[mounterVolumeAnnot])
 		}
@@ -54,11 +54,11 @@ func TestMounterPodLimitTmpfsPool(t *testing.T) {
 		t.Skipf("mount tmpfs (needs root): %v", err)
 	}
 	defer unix.Unmount(pool, unix.MNT_DETACH)
-	m := &Manager{cfg: Config{NodeID: "n", PoolDir: pool, Mounter: MounterConfig{Mode: MounterPod, Pod: &PodConfig{
+	l := NewLauncher(Config{Mode: Pod, Pod: &PodConfig{
 		Namespace: "ns", Image: "img", KubeletDir: "/var/lib/kubelet", MemoryOverhead: resource.MustParse("160Mi"),
-	}}}}
+	}}, "", "n", pool)
 	rec := volume.Record{ID: "image:n:v", Name: "v", Size: 1 << 30, MaxSize: 2 << 30, Params: volume.Params{Pool: volume.PoolImage}}
-	got := m.mounterPodSpec(rec).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+	got := l.podSpec(rec).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
 	if want := resource.MustParse("2272Mi"); got.Cmp(want) != 0 {
 		t.Errorf("limit %s, want %s (160Mi + 64Mi cache + 2Gi the volume may grow to)", got.String(), want.String())
 	}

@@ -1,4 +1,4 @@
-package node
+package mounters
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ func TestDialLongSocketPath(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := dialMounter(socket, callTimeout)
+	c, err := dial(socket, CallTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestDialLongSocketPath(t *testing.T) {
 	if err != nil || string(buf[:n]) != "hello" {
 		t.Fatalf("read %q, %v", buf[:n], err)
 	}
-	if _, err := dialMounter(filepath.Join(dir, "missing.sock"), callTimeout); err == nil {
+	if _, err := dial(filepath.Join(dir, "missing.sock"), CallTimeout); err == nil {
 		t.Error("dialled a socket that does not exist")
 	}
 }

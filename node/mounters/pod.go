@@ -1,4 +1,4 @@
-package node
+package mounters
 
 import (
 	"context"
@@ -23,10 +23,10 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// MounterPod serves each volume in a pod of its own on this node, created through the API: the
+// Pod serves each volume in a pod of its own on this node, created through the API: the
 // pod is unprivileged and outlives the plugin's container, and a helm upgrade leaves it on its
 // image until its volume is unstaged.
-const MounterPod = "pod"
+const Pod = "pod"
 
 // PodClient is what mounter pods need of the API server: the pods of a namespace.
 // internal/kubeapi's Pods is one; client-go's typed pod client is another.
@@ -108,15 +108,15 @@ func (c *PodConfig) podSocket(uid types.UID) string {
 // mounterPodSpec is the pod serving one volume: on this node, unprivileged and admissible under
 // the restricted Pod Security level, critical, tolerating every taint, with nothing from the
 // host: its descriptors arrive over the socket in its emptyDir.
-func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
-	c := m.cfg.Mounter.Pod
+func (l *Launcher) podSpec(rec volume.Record) *corev1.Pod {
+	c := l.cfg.Pod
 	yes, no := true, false
 	user := int64(nobody)
-	if u := m.cfg.Mounter.UID; u != nil {
+	if u := l.cfg.UID; u != nil {
 		user = int64(*u)
 	}
 	group := int64(nobody)
-	if g := m.cfg.Mounter.GID; g != nil {
+	if g := l.cfg.GID; g != nil {
 		group = int64(*g)
 	}
 	grace := int64(30)
@@ -134,7 +134,7 @@ func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
 		}
 		limit := c.MemoryOverhead.DeepCopy()
 		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))
-		if m.imageInMemory(rec) {
+		if l.imageInMemory(rec) {
 			// The image's pages the mounter writes are charged to its pod and cannot be
 			// reclaimed: they are the volume itself.
 			limit.Add(*resource.NewQuantity(max(rec.Size, rec.MaxSize), resource.BinarySI))
@@ -165,7 +165,7 @@ func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
 			OwnerReferences: owners,
 		},
 		Spec: corev1.PodSpec{
-			NodeName:                      m.cfg.NodeID,
+			NodeName:                      l.nodeID,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
@@ -200,36 +200,36 @@ func (m *Manager) mounterPodSpec(rec volume.Record) *corev1.Pod {
 }
 
 // imageInMemory tells whether the volume is an image in a pool on tmpfs or ramfs.
-func (m *Manager) imageInMemory(rec volume.Record) bool {
+func (l *Launcher) imageInMemory(rec volume.Record) bool {
 	if rec.Params.Pool != volume.PoolImage {
 		return false
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(m.cfg.PoolDir, &st); err != nil {
+	if err := unix.Statfs(l.poolDir, &st); err != nil {
 		return false
 	}
 	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC
 }
 
 // startMounterPod creates the pod serving a volume and waits until it listens.
-func (m *Manager) startMounterPod(rec volume.Record) (*mounterProc, error) {
-	c := m.cfg.Mounter.Pod
+func (l *Launcher) startPod(rec volume.Record) (*Mounter, error) {
+	c := l.cfg.Pod
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
-	pod, err := c.Pods(c.Namespace).Create(ctx, m.mounterPodSpec(rec), metav1.CreateOptions{})
+	pod, err := c.Pods(c.Namespace).Create(ctx, l.podSpec(rec), metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create mounter pod for %s: %w", rec.ID, err)
 	}
 	ref := podRef{namespace: pod.Namespace, name: pod.Name, uid: pod.UID}
 	socket := c.podSocket(pod.UID)
-	p := &mounterProc{volume: rec.ID, socket: socket, pod: &ref, podCfg: c, gone: make(chan struct{})}
+	p := &Mounter{volume: rec.ID, socket: socket, pod: &ref, podCfg: c, gone: make(chan struct{})}
 	klog.InfoS("created mounter pod", "volume", rec.ID, "pod", ref.String(), "uid", ref.uid)
 	if err := p.waitListening(); err != nil {
-		p.kill()
+		p.Kill()
 		return nil, err
 	}
 	if err := p.watch(); err != nil {
-		p.kill()
+		p.Kill()
 		return nil, err
 	}
 	return p, nil
@@ -237,7 +237,7 @@ func (m *Manager) startMounterPod(rec volume.Record) (*mounterProc, error) {
 
 // waitListening waits until the pod's mounter answers on its socket, failing early when the
 // pod cannot start (its image cannot be pulled, it ended).
-func (p *mounterProc) waitListening() error {
+func (p *Mounter) waitListening() error {
 	timeout := p.podCfg.StartTimeout
 	if timeout <= 0 {
 		timeout = defaultPodStart
@@ -245,7 +245,7 @@ func (p *mounterProc) waitListening() error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		c, err := dialMounter(p.socket, time.Second)
+		c, err := dial(p.socket, time.Second)
 		if err == nil {
 			c.Close()
 			return nil
@@ -304,7 +304,7 @@ func podEnding(pod *corev1.Pod) string {
 	return string(pod.Status.Phase)
 }
 
-func (p *mounterProc) getPod() (*corev1.Pod, error) {
+func (p *Mounter) getPod() (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	defer cancel()
 	pod, err := p.podCfg.Pods(p.pod.namespace).Get(ctx, p.pod.name, metav1.GetOptions{})
@@ -326,7 +326,7 @@ func podGone(err error) bool {
 
 // podEnded says how the pod ended, once its control connection did: the kubelet may take a
 // moment to report the container's end.
-func (p *mounterProc) podEnded(connErr error) string {
+func (p *Mounter) podEnded(connErr error) string {
 	why := fmt.Sprintf("its control connection ended (%v)", connErr)
 	for i := 0; i < 30; i++ {
 		pod, err := p.getPod()
@@ -348,7 +348,7 @@ func (p *mounterProc) podEnded(connErr error) string {
 // deletePod removes the pod with a grace period of a second (either its volume was unmounted
 // and it has exited, or it must end now) and waits until it is gone. Not zero: that would remove
 // the object before the kubelet has ended the process, and the caller needs it ended.
-func (p *mounterProc) deletePod() {
+func (p *Mounter) deletePod() {
 	c := p.podCfg.Pods(p.pod.namespace)
 	grace := int64(1)
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
@@ -370,24 +370,24 @@ func (p *mounterProc) deletePod() {
 }
 
 // mounterPods lists the mounter pods on this node.
-func (m *Manager) mounterPods() ([]corev1.Pod, error) {
-	c := m.cfg.Mounter.Pod
+func (l *Launcher) listPods() ([]corev1.Pod, error) {
+	c := l.cfg.Pod
 	ctx, cancel := context.WithTimeout(context.Background(), podAPITimeout)
 	defer cancel()
 	list, err := c.Pods(c.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(labels.Set{mounterComponentLabel: mounterComponent, mounterNameLabel: "csi-fat"}).String(),
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.cfg.NodeID).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", l.nodeID).String(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list mounter pods on node %s: %w", m.cfg.NodeID, err)
+		return nil, fmt.Errorf("list mounter pods on node %s: %w", l.nodeID, err)
 	}
 	return list.Items, nil
 }
 
-// podMounter is the mounterProc of a pod found by listing.
-func (m *Manager) podMounter(pod *corev1.Pod) *mounterProc {
-	c := m.cfg.Mounter.Pod
-	return &mounterProc{
+// podMounter is the Mounter of a pod found by listing.
+func (l *Launcher) podMounter(pod *corev1.Pod) *Mounter {
+	c := l.cfg.Pod
+	return &Mounter{
 		volume: pod.Annotations[mounterVolumeAnnot],
 		socket: c.podSocket(pod.UID),
 		pod:    &podRef{namespace: pod.Namespace, name: pod.Name, uid: pod.UID},
@@ -399,30 +399,28 @@ func (m *Manager) podMounter(pod *corev1.Pod) *mounterProc {
 // removeOrphanMounterPods removes every mounter pod on this node that no staged volume's record
 // names: a live one's mount is unmounted unless a staged volume lives there, and it is asked to
 // stop first, so that it writes its volume back.
-func (m *Manager) removeOrphanMounterPods() {
-	pods, err := m.mounterPods()
+func (l *Launcher) removeOrphanPods(staged Staged) {
+	pods, err := l.listPods()
 	if err != nil {
 		klog.ErrorS(err, "looking for orphaned mounter pods")
 		return
 	}
-	m.mu.Lock()
 	known := map[types.UID]bool{}
 	staging := map[string]bool{}
-	for _, st := range m.state.Staged {
+	for _, st := range staged() {
 		staging[st.Path] = true
 		if st.Mounter != nil && st.Mounter.PodUID != "" {
 			known[types.UID(st.Mounter.PodUID)] = true
 		}
 	}
-	m.mu.Unlock()
 	for i := range pods {
 		pod := &pods[i]
 		if known[pod.UID] || pod.DeletionTimestamp != nil {
 			continue
 		}
-		p := m.podMounter(pod)
+		p := l.podMounter(pod)
 		if pod.Status.Phase == corev1.PodRunning {
-			m.stopOrphan(p, staging)
+			l.stopOrphan(p, staging)
 		}
 		klog.InfoS("removing an orphaned mounter pod", "pod", p.pod.String(), "volume", p.volume, "phase", pod.Status.Phase)
 		p.deletePod()

@@ -1,4 +1,4 @@
-package node
+package mounters
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 )
 
 // mounterCommand is the command that runs a mounter: Command, or this executable's "mounter".
-func (c MounterConfig) mounterCommand() ([]string, error) {
+func (c Config) MounterCommand() ([]string, error) {
 	if len(c.Command) > 0 {
 		return c.Command, nil
 	}
@@ -24,7 +24,7 @@ func (c MounterConfig) mounterCommand() ([]string, error) {
 
 // credential is the unprivileged user and group mounters and probes run as: UID and GID, by
 // default nobody.
-func (c MounterConfig) credential() *syscall.Credential {
+func (c Config) credential() *syscall.Credential {
 	uid, gid := uint32(nobody), uint32(nobody)
 	if c.UID != nil {
 		uid = *c.UID
@@ -43,7 +43,7 @@ func (c MounterConfig) credential() *syscall.Credential {
 // can run it even from a directory only root may search (go run, go test); the command is told
 // to close that descriptor (--close-fds). The caller closes the returned binary once the command
 // started, and sets the output and what else the command needs.
-func (c MounterConfig) unprivilegedCommand(command []string, files []*os.File, args ...string) (*exec.Cmd, *os.File, error) {
+func (c Config) UnprivilegedCommand(command []string, files []*os.File, args ...string) (*exec.Cmd, *os.File, error) {
 	exe, err := os.Open(command[0])
 	if err != nil {
 		return nil, nil, fmt.Errorf("binary to run unprivileged: %w", err)

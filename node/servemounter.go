@@ -1,0 +1,156 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/hostmount"
+	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/volume"
+)
+
+// serveInMounter stages a volume in a mounter of its own: this process claims and opens the
+// device, the mounter checks (and repairs) it, this process mounts /dev/fuse at the staging
+// path with the options the check leaves, and hands the device and the FUSE descriptor to the
+// mounter, which serves them. This process then closes its copies: a FUSE descriptor nobody
+// serves would make applications hang instead of fail.
+func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.StageRecord) (*servedVolume, error) {
+	optString, err := mountOptionString(st.MountFlags, st.MountGroup, st.ReadOnly)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	opts, err := mountopt.ParseOptions(optString)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	dev, err := m.stagingOpener(rec, devPath)(stagingClaim(opts.ReadOnly))
+	if err != nil {
+		return nil, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s: %v", rec.ID, devPath, err)
+	}
+	defer dev.Close()
+	p, err := m.launcher.Start(rec)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
+	}
+	fail := func(code codes.Code, format string, args ...any) (*servedVolume, error) {
+		p.Kill()
+		return nil, status.Errorf(code, format, args...)
+	}
+	devFD := int(dev.OSFile().Fd())
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly), Partition: rec.Partition}}, m.cfg.Mounter.CheckLimit(), devFD)
+	if err != nil {
+		var re *protocol.RemoteError
+		if !errors.As(err, &re) {
+			// It died or hung: the medium made the checker crash or loop.
+			if !p.Settle() {
+				p.Kill()
+			}
+			err = fmt.Errorf("%v (%s)", err, p.EndedWhy())
+		}
+		return fail(mounters.StagingCode(err), "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)
+	}
+	forceReadOnly, damage, err := judgeCheck(rec, resp.Check, st.ReadOnly)
+	if err != nil {
+		p.Kill()
+		return nil, err
+	}
+	if forceReadOnly && !opts.ReadOnly {
+		optString += ",ro"
+		if opts, err = mountopt.ParseOptions(optString); err != nil {
+			return fail(codes.InvalidArgument, "%v", err)
+		}
+	}
+	fuseFile, err := hostmount.MountFUSE(devPath, st.Path, opts)
+	if err != nil {
+		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
+	}
+	args := &protocol.ServeArgs{
+		Options: mounters.ServeOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
+		Damage: damage, Checked: true, Partition: rec.Partition,
+	}
+	fds := []int{devFD, int(fuseFile.Fd())}
+	// The mounter may not open the device: it gets the twin for direct reads and writes from
+	// here (for reads alone when the volume is served read-only).
+	if twin, err := blockdev.OpenDirectTwin(dev.OSFile(), !opts.ReadOnly); err == nil {
+		defer twin.Close()
+		args.Direct = true
+		fds = append(fds, int(twin.Fd()))
+	} else {
+		klog.V(2).InfoS("large reads and writes go through the page cache", "volume", rec.ID, "reason", err)
+	}
+	_, err = p.Call(&protocol.Request{Op: protocol.OpServe, Serve: args}, mounters.ServeTimeout, fds...)
+	fuseFile.Close()
+	if err != nil {
+		unix.Unmount(st.Path, unix.MNT_DETACH)
+		var re *protocol.RemoteError
+		if !errors.As(err, &re) && p.Settle() {
+			err = fmt.Errorf("%v (%s)", err, p.EndedWhy())
+		}
+		return fail(mounters.StagingCode(err), "volume %s: serve at %s: %v", rec.ID, st.Path, err)
+	}
+	// The session is up (the mounter answers once the kernel's INIT is answered, which would
+	// have lowered it again): the read-ahead the unprivileged mounter cannot raise, the plugin
+	// raises, without a request to the mount.
+	if err := mountopt.RaiseReadahead(st.Path, mountopt.ReadaheadKB); err != nil {
+		klog.V(2).InfoS("the mount's read-ahead stays at the kernel's default", "volume", rec.ID, "reason", err)
+	}
+	st.Mounter = p.Record()
+	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: damage}, nil
+}
+
+func (m *Manager) checkAdoptable(d media.Device, partition string) (string, error) {
+	dev, err := blockdev.OpenClaimed(d.Path, blockdev.ExclusiveReadOnly)
+	if errors.Is(err, blockdev.ErrInUse) && partition != "" && m.stagedOn(d.ID) {
+		// A volume on another partition of the stick is staged and holds it O_EXCL, which keeps
+		// the host's mounts and other claims off every partition: this one is read beside it,
+		// without a claim of its own (the staged volume writes only inside its partition).
+		dev, err = blockdev.OpenClaimed(d.Path, blockdev.Shared)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	var res *protocol.CheckResult
+	if m.cfg.Mounter.OutOfProcess() {
+		res, err = m.checkInMounter("usb-adopt:"+d.ID, dev.OSFile(), protocol.CheckArgs{Walk: true, Partition: partition})
+	} else {
+		res, err = m.cfg.InProcess.Check(dev, partition, false, true)
+	}
+	if err != nil {
+		return "", fmt.Errorf("check %s: %w", d.Path, err)
+	}
+	if !res.Clean {
+		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, listProblems(res.Left, res.Total))
+	}
+	return res.Label, nil
+}
+
+// adoptMounter takes over the mounter an earlier plugin process started for a staged volume,
+// if it is alive and serving at the staging path.
+func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*servedVolume, error) {
+	p, s, err := m.launcher.Adopt(rec, st)
+	if err != nil {
+		return nil, err
+	}
+	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: s.CheckDamage}, nil
+}
+
+// stagedRecords copies the staged volumes' records, for the launcher's look for orphans.
+func (m *Manager) stagedRecords() []volume.StageRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]volume.StageRecord, 0, len(m.state.Staged))
+	for _, st := range m.state.Staged {
+		out = append(out, *st)
+	}
+	return out
+}
