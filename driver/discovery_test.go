@@ -14,25 +14,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/discovery"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // mediumOf finds a stick in the pool's status by its serial.
-func mediumOf(t *testing.T, td *testDriver, serial string) node.MediumStatus {
+func mediumOf(t *testing.T, td *testDriver, serial string) media.Status {
 	t.Helper()
-	media, err := td.Manager().MediaStatus()
+	seen, err := td.Manager().MediaStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range media {
+	for _, m := range seen {
 		if m.Serial == serial {
 			return m
 		}
 	}
-	t.Fatalf("no medium with serial %s in %+v", serial, media)
-	return node.MediumStatus{}
+	t.Fatalf("no medium with serial %s in %+v", serial, seen)
+	return media.Status{}
 }
 
 // TestDiscoveredVolumes: the volume discovery mode makes for a medium (what its loop publishes as
@@ -58,7 +59,7 @@ func TestDiscoveredVolumes(t *testing.T) {
 
 	td := startDriver(t, "", withUSB(fake))
 	ctx := context.Background()
-	cfg := &node.DiscoveryConfig{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second,
+	cfg := &discovery.Config{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second,
 		Parameters: map[string]string{volume.ParamMode: volume.ModeFlush, volume.ParamLabel: "fresh", volume.ParamLayout: "mbr"}}
 	if err := cfg.Prepare(); err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestDiscoveredPartitions(t *testing.T) {
 	makeFATAt(t, stick.Loop, one, "ONE", "first\n")
 	makeFATAt(t, stick.Loop, two, "TWO", "second\n")
 	td := startDriver(t, "", withUSB(fake))
-	cfg := &node.DiscoveryConfig{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second}
+	cfg := &discovery.Config{DriverName: DefaultDriverName, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second}
 	if err := cfg.Prepare(); err != nil {
 		t.Fatal(err)
 	}

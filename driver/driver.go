@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/discovery"
 )
 
 // DefaultDriverName is the CSI driver name unless --driver-name says otherwise.
@@ -57,10 +58,10 @@ type Config struct {
 	KubeletRegistrationPath string
 	// Node configures the node side; its TopologyKey is derived from DriverName.
 	Node node.Config
-	// Discovery, when set, runs discovery mode (node.RunDiscovery) while the driver runs: every
+	// Discovery, when set, runs discovery mode (discovery.Run) while the driver runs: every
 	// usable removable medium published as a PersistentVolume. Its DriverName is set from
 	// DriverName.
-	Discovery *node.DiscoveryConfig
+	Discovery *discovery.Config
 }
 
 // Driver is a running CSI plugin.
@@ -202,7 +203,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	discoveryCtx, stopDiscovery := context.WithCancel(ctx)
 	defer stopDiscovery()
 	if d.cfg.Discovery != nil {
-		go d.manager.RunDiscovery(discoveryCtx, d.cfg.Discovery)
+		go discovery.Run(discoveryCtx, d.cfg.Discovery, d.manager)
 	}
 	var err error
 	select {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 
@@ -85,12 +85,12 @@ func TestMediaStatus(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("/media?format=json: %d %s", status, body)
 	}
-	var media []node.MediumStatus
-	if err := json.Unmarshal([]byte(body), &media); err != nil {
+	var seen []media.Status
+	if err := json.Unmarshal([]byte(body), &seen); err != nil {
 		t.Fatalf("/media?format=json: %v\n%s", err, body)
 	}
-	byKernel := map[string]node.MediumStatus{}
-	for _, m := range media {
+	byKernel := map[string]media.Status{}
+	for _, m := range seen {
 		byKernel[m.Kernel] = m
 	}
 	for _, c := range []struct {

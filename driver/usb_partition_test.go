@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -153,12 +153,12 @@ func testUSBPartitionVolumes(t *testing.T, mode func(*Config)) {
 
 	// /media lists both partitions, claimed.
 	body, code := getMedia(t, td, "json")
-	var media []node.MediumStatus
-	if code != 200 || json.Unmarshal([]byte(body), &media) != nil {
+	var seen []media.Status
+	if code != 200 || json.Unmarshal([]byte(body), &seen) != nil {
 		t.Fatalf("/media: %d %s", code, body)
 	}
-	var parts []node.PartitionStatus
-	for _, m := range media {
+	var parts []media.PartitionStatus
+	for _, m := range seen {
 		if m.Serial == "TWIN0001" {
 			parts = m.Partitions
 		}

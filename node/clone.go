@@ -144,9 +144,9 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
 	if size > avail {
-		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.Dir, avail, size)
 	}
-	how, err := makeCopy(m.images.creatingPath(name), m.images.path(name), size, fill(avail))
+	how, err := makeCopy(m.images.CreatingPath(name), m.images.Path(name), size, fill(avail))
 	if err != nil {
 		return volume.Record{}, err
 	}
@@ -164,7 +164,7 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	m.state.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Volumes, name)
-		m.images.remove(name)
+		m.images.Remove(name)
 		return volume.Record{}, err
 	}
 	klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "size", rec.Size, "reflink", how.Reflinked, "written", how.Written, "held", how.held)

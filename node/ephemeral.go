@@ -12,6 +12,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/csi-fat/csi-fat/node/hostmount"
+	"github.com/csi-fat/csi-fat/node/imagepool"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -135,7 +136,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 		MountGroup: c.GetMount().GetVolumeMountGroup(),
 		AccessMode: int32(c.GetAccessMode().GetMode()),
 	}
-	wantSize, err := chooseImageSize(size, 0, params)
+	wantSize, err := imagepool.ChooseSize(size, 0, params)
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +227,11 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume
 		return volume.Record{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
 	if size > avail {
-		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: image pool %s can make volumes up to %d bytes, %d asked", volumeID, m.images.dir, avail, size)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: image pool %s can make volumes up to %d bytes, %d asked", volumeID, m.images.Dir, avail, size)
 	}
 	fixed := params
 	fixed.MaxSize = size // inline volumes never grow: mkfs.fat's layout, no room in the FATs
-	if err := m.images.create(name, size, fixed); err != nil {
+	if err := m.images.Create(name, size, fixed); err != nil {
 		return volume.Record{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
 	rec := volume.Record{ID: volumeID, Name: name, Size: size, Params: params, Created: time.Now().UTC(), Ephemeral: true}
@@ -239,7 +240,7 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume
 	m.state.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Volumes, name)
-		m.images.remove(name)
+		m.images.Remove(name)
 		return volume.Record{}, err
 	}
 	return rec, nil
@@ -319,7 +320,7 @@ func (m *Manager) removeEphemeral(rec volume.Record) error {
 	}
 	// The image goes after the staging record, so a crash between the two leaves a volume
 	// record with nothing served, which RemoveOrphanedEphemeral takes down at the next start.
-	if err := m.images.remove(rec.Name); err != nil {
+	if err := m.images.Remove(rec.Name); err != nil {
 		return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
 	}
 	m.mu.Lock()

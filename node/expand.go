@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 
@@ -13,90 +11,11 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/fatvol/mkfs"
-	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/imagepool"
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
-
-// Growth room. A FAT volume grows in place only as far as its FATs have entries (they cannot
-// move under a mounted volume) and its type allows (docs/engine.md). With maxSize the image is
-// formatted for it (mkfs.Options.MaxSize). Without, it gets mkfs.fat's layout for its size with
-// FATs for a default room: up to defaultGrowth times the size, as far as the type allows at that
-// cluster size, and at most defaultRoomFATBytes more FAT per copy (memory too: the engine holds
-// the FAT). So allowVolumeExpansion works for ordinary growth at the cost of a few MiB at most.
-const (
-	defaultGrowth       = 8
-	defaultRoomFATBytes = 4 << 20
-)
-
-// imageMkfsOptions are the formatter's options for an image of size bytes with params.
-func imageMkfsOptions(size int64, params volume.Params) (mkfs.Options, error) {
-	opts, err := params.MkfsOptions(512)
-	if err != nil {
-		return opts, err
-	}
-	if params.MaxSize != 0 {
-		if params.MaxSize < size {
-			return opts, fmt.Errorf("%w: %s %d bytes is below the volume's %d bytes", mkfs.ErrNoFit, volume.ParamMaxSize, params.MaxSize, size)
-		}
-		opts.MaxSize = params.MaxSize
-		return opts, nil
-	}
-	bs, err := mkfs.Plan(size, opts)
-	if err != nil {
-		return opts, err
-	}
-	g, err := bs.Geometry(size)
-	if err != nil {
-		return opts, err
-	}
-	room := opts
-	room.FATType, room.SectorsPerCluster = g.Type, g.SectorsPerCluster
-	clusters := min(int64(ondisk.MaxClusters(g.Type)), int64(g.Clusters)+defaultRoomFATBytes*8/int64(g.Type))
-	room.MaxSize = min(defaultGrowth*size, (g.FirstDataSector*int64(g.SectorSize))+clusters*int64(g.ClusterSize), volume.MaxImageSize)
-	// The longer FATs move the data area, so at the type's limit the first guess may be a little
-	// too large for the type: step down a few times, else mkfs.fat's layout without room.
-	step := max(16*int64(g.ClusterSize), 64<<10)
-	for try := 0; try < 8 && room.MaxSize > size; try++ {
-		if _, err := mkfs.Plan(size, room); err == nil {
-			return room, nil
-		}
-		room.MaxSize -= step
-	}
-	return opts, nil
-}
-
-// growLimit is how large an image of size bytes formatted with params can grow.
-func growLimit(size int64, params volume.Params) (int64, error) {
-	opts, err := imageMkfsOptions(size, params)
-	if err != nil {
-		return 0, err
-	}
-	bs, err := mkfs.Plan(size, opts)
-	if err != nil {
-		return 0, err
-	}
-	g, err := bs.Geometry(size)
-	if err != nil {
-		return 0, err
-	}
-	return g.MaxGrowSectors() * int64(g.SectorSize), nil
-}
-
-// formatImage formats an image of size bytes for params, with its growth room, and closes it.
-func formatImage(dev *blockdev.File, size int64, params volume.Params) error {
-	opts, err := imageMkfsOptions(size, params)
-	if err == nil {
-		_, err = mkfs.Format(dev, opts)
-	}
-	if cerr := dev.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // ExpandVolume grows a volume's image to at least required bytes (at most limit; 0: none) for
 // ControllerExpandVolume and returns its size; the file system grows at NodeExpandVolume. A
@@ -129,13 +48,13 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 	}
 	if required > rec.MaxSize {
 		return 0, status.Errorf(codes.OutOfRange, "volume %s can grow to at most %d bytes, %d asked: its FATs were made for that (StorageClass parameter %s, else room for growth to %dx, see docs/driver.md), and the FAT type cannot change in place",
-			rec.ID, max(rec.MaxSize, rec.Size), required, volume.ParamMaxSize, defaultGrowth)
+			rec.ID, max(rec.MaxSize, rec.Size), required, volume.ParamMaxSize, imagepool.DefaultGrowth)
 	}
 	within := rec.MaxSize
 	if limit != 0 {
 		within = min(within, limit)
 	}
-	size, ok := alignedSize(required, within)
+	size, ok := imagepool.AlignedSize(required, within)
 	if !ok {
 		return 0, status.Errorf(codes.OutOfRange, "no whole number of 512-byte sectors lies between %d and %d bytes", required, within)
 	}
@@ -146,9 +65,9 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 		return 0, status.Error(codes.Internal, err.Error())
 	}
 	if size-rec.Size > avail {
-		return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has room for %d more bytes, volume %s needs %d more", m.images.dir, avail, rec.ID, size-rec.Size)
+		return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has room for %d more bytes, volume %s needs %d more", m.images.Dir, avail, rec.ID, size-rec.Size)
 	}
-	if err := growImageFile(m.images.path(rec.Name), size); err != nil {
+	if err := imagepool.GrowFile(m.images.Path(rec.Name), size); err != nil {
 		return 0, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
 	m.mu.Lock()
@@ -162,40 +81,6 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 	}
 	klog.InfoS("expanded volume", "volume", rec.ID, "from", old, "size", size)
 	return size, nil
-}
-
-// alignedSize rounds required up to a whole MiB, else 4 KiB, else a sector, within limit.
-func alignedSize(required, limit int64) (int64, bool) {
-	for _, align := range []int64{1 << 20, 4096, 512} {
-		if up := (required + align - 1) / align * align; limit == 0 || up <= limit {
-			return up, true
-		}
-	}
-	return 0, false
-}
-
-// growImageFile makes the image at path size bytes long (never shorter), durably: a sparse
-// extension whose new size survives a crash before the file system counts on it.
-func growImageFile(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("grow image: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("grow image %s: %w", path, err)
-	}
-	if st.Size() >= size {
-		return nil
-	}
-	if err := f.Truncate(size); err != nil {
-		return fmt.Errorf("grow image %s to %d bytes: %w", path, size, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("grow image %s: %w", path, err)
-	}
-	return nil
 }
 
 // NodeExpandVolume grows a staged volume's file system while it is in use.

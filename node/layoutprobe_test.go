@@ -73,10 +73,10 @@ func TestProbeInProber(t *testing.T) {
 		d            media.Device
 		state, conts string
 	}{
-		{superDev, mediumFAT, "superfloppy"},
-		{mbrDev, mediumFAT, "partition"},
-		{ext4Dev, mediumForeign, layout.TypeExt4},
-		{blankDev, mediumBlank, ""},
+		{superDev, media.StateFAT, "superfloppy"},
+		{mbrDev, media.StateFAT, "partition"},
+		{ext4Dev, media.StateForeign, layout.TypeExt4},
+		{blankDev, media.StateBlank, ""},
 	} {
 		f, err := os.Open(c.d.Path)
 		if err != nil {
@@ -110,7 +110,7 @@ func TestProbeInProber(t *testing.T) {
 	ws, wc, wr := inProcess.probeMedium(gptDev)
 	gs, gc, gr := withProber.probeMedium(gptDev)
 	cut := strings.TrimSuffix(gr, " (wipe=true formats it)")
-	if gs != ws || gc != wc || gs != mediumForeign || gc != "partition_table" || len(wr) < 4*protocol.MaxProbeReason ||
+	if gs != ws || gc != wc || gs != media.StateForeign || gc != "partition_table" || len(wr) < 4*protocol.MaxProbeReason ||
 		len(cut) > protocol.MaxProbeReason || !strings.HasSuffix(cut, " …") || !strings.HasPrefix(wr, strings.TrimSuffix(cut, " …")) {
 		t.Errorf("GPT of 60 partitions: with a prober %s, %s, %d bytes %.80q...; in process %s, %s, %d bytes", gs, gc, len(gr), gr, ws, wc, len(wr))
 	}
@@ -123,7 +123,7 @@ func TestProbeInProber(t *testing.T) {
 	for _, d := range []media.Device{superDev, mbrDev, blankDev} {
 		if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
 			t.Errorf("format %s: %v", d.Path, err)
-		} else if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+		} else if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
 			t.Errorf("%s after the format: %s, %s; want fat, superfloppy", d.Path, state, content)
 		}
 		runTool(t, "", "fsck.fat", "-n", d.Path)
@@ -283,7 +283,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		check(t, pid)
 		v := <-done
 		took := time.Since(start)
-		if v.state != mediumUnreadable || !strings.Contains(v.reason, fmt.Sprintf("did not answer within %v: killed", timeout)) {
+		if v.state != media.StateUnreadable || !strings.Contains(v.reason, fmt.Sprintf("did not answer within %v: killed", timeout)) {
 			t.Errorf("a hanging prober: %s, %q; want unreadable, killed at the time limit", v.state, v.reason)
 		}
 		if took < timeout || took > timeout+3*time.Second {
@@ -392,7 +392,7 @@ func TestProberMemoryBound(t *testing.T) {
 	// allocator meets the bound first and says it could not allocate (errno 12, ENOMEM).
 	bounded := strings.Contains(reason, "out of memory") ||
 		strings.Contains(reason, "ThreadSanitizer failed to allocate") && strings.Contains(reason, "errno: 12")
-	if state != mediumUnreadable || !bounded {
+	if state != media.StateUnreadable || !bounded {
 		t.Errorf("a prober allocating without end: %s, %q; want unreadable, out of memory", state, reason)
 	}
 }
@@ -406,26 +406,26 @@ func TestProberCache(t *testing.T) {
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "CACHE01")
 	_, withProber := probeManagers(mounters.Config{})
-	if state, _, _ := withProber.probeMedium(d); state != mediumBlank {
+	if state, _, _ := withProber.probeMedium(d); state != media.StateBlank {
 		t.Fatalf("a new stick: %s, want blank", state)
 	}
 	looked := time.Now()
 	runTool(t, "", "mkfs.fat", stick.Loop)
-	if state, _, _ := withProber.probeMedium(d); state != mediumBlank && time.Since(looked) < prober.CacheTTL {
+	if state, _, _ := withProber.probeMedium(d); state != media.StateBlank && time.Since(looked) < prober.CacheTTL {
 		t.Errorf("looked anew within %v: %s, want the blank of the look before", prober.CacheTTL, state)
 	}
 	other := d
 	other.Size -= 1 << 20
-	if state, content, _ := withProber.probeMedium(other); state != mediumFAT || content != "superfloppy" {
+	if state, content, _ := withProber.probeMedium(other); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("another size: %s, %s; want a new look: fat, superfloppy", state, content)
 	}
 	time.Sleep(prober.CacheTTL)
-	if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+	if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("after %v: %s, %s; want fat, superfloppy", prober.CacheTTL, state, content)
 	}
 	// Wiped behind the pool's back, then formatted by it: the format is seen at once.
 	runTool(t, "", "dd", "if=/dev/zero", "of="+stick.Loop, "bs=64k", "count=1", "conv=fsync", "status=none")
-	if state, _, _ := withProber.probeMedium(d); state != mediumFAT {
+	if state, _, _ := withProber.probeMedium(d); state != media.StateFAT {
 		t.Fatalf("within %v of the last look: %s, want fat", prober.CacheTTL, state)
 	}
 	params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true", volume.ParamLabel: "FRESH"})
@@ -436,7 +436,7 @@ func TestProberCache(t *testing.T) {
 	if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
 		t.Fatal(err)
 	}
-	if state, content, _ := withProber.probeMedium(d); state != mediumFAT || content != "superfloppy" {
+	if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("right after the pool's format: %s, %s; want fat, superfloppy", state, content)
 	}
 	if out, _ := exec.Command("fatlabel", stick.Loop).Output(); strings.TrimSpace(string(out)) != "FRESH" {
@@ -508,7 +508,7 @@ func TestHostileProber(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, c.body), ProbeTimeout: 2 * time.Second})
 			state, content, reason := withProber.probeMedium(d)
-			if state != mediumUnreadable || content != "" || !strings.Contains(reason, c.want) {
+			if state != media.StateUnreadable || content != "" || !strings.Contains(reason, c.want) {
 				t.Errorf("%s, %q, %q; want unreadable for %q", state, content, reason, c.want)
 			}
 			if len(reason) > 2*protocol.MaxProbeReason {
@@ -520,14 +520,14 @@ func TestHostileProber(t *testing.T) {
 		long := strings.Repeat("é", 3000)
 		_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":false,"table":"unknown","whole":"ntfs","reason":"it holds NTFS\u0007\n`+long+`"}`))})
 		state, content, reason := withProber.probeMedium(d)
-		if state != mediumForeign || content != layout.TypeNTFS || !strings.HasPrefix(reason, "it holds NTFS  éé") {
+		if state != media.StateForeign || content != layout.TypeNTFS || !strings.HasPrefix(reason, "it holds NTFS  éé") {
 			t.Errorf("%s, %q, %.40q; want foreign, ntfs, the reason cleaned", state, content, reason)
 		}
 		if r := []byte(reason); bytes.ContainsAny(r, "\a\n") || len(r) > protocol.MaxProbeReason+100 {
 			t.Errorf("reason not cleaned or cut: %d bytes", len(r))
 		}
 		_, withProber = probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
-		if state, content, reason := withProber.probeMedium(d); state != mediumFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
+		if state, content, reason := withProber.probeMedium(d); state != media.StateFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
 			t.Errorf("%s, %q, %q; want fat in partition 1", state, content, reason)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/csi-fat/csi-fat/node/hostmount"
+	"github.com/csi-fat/csi-fat/node/imagepool"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/prober"
@@ -51,7 +52,7 @@ type Config struct {
 type Manager struct {
 	cfg       Config
 	statePath string
-	images    imagePool
+	images    imagepool.Pool
 	usb       *media.Config
 	mounts    *hostmount.Table
 	locks     *volume.Locks
@@ -100,7 +101,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg:       cfg,
 		statePath: filepath.Join(cfg.StateDir, volume.StateFile),
-		images:    imagePool{dir: cfg.PoolDir, reserve: cfg.Reserve},
+		images:    imagepool.Pool{Dir: cfg.PoolDir, Reserve: cfg.Reserve},
 		usb:       cfg.USB,
 		mounts:    hostmount.NewTable(),
 		locks:     volume.NewLocks(),
@@ -108,7 +109,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		prober:    prober.New(cfg.Mounter, cfg.InProcess),
 		served:    map[string]*servedVolume{},
 	}
-	if err := m.images.removeLeftovers(); err != nil {
+	if err := m.images.RemoveLeftovers(); err != nil {
 		return nil, err
 	}
 	st, err := volume.LoadState(m.statePath)
@@ -136,7 +137,7 @@ func (m *Manager) USBEnabled() bool { return m.usb != nil }
 
 // Probe checks that the image pool's file system answers.
 func (m *Manager) Probe() error {
-	_, err := m.images.free()
+	_, err := m.images.Free()
 	return err
 }
 
@@ -250,11 +251,11 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 	}
 	switch params.Pool {
 	case volume.PoolImage:
-		size, err := chooseImageSize(required, limit, params)
+		size, err := imagepool.ChooseSize(required, limit, params)
 		if err != nil {
 			return volume.Record{}, err
 		}
-		if rec.MaxSize, err = growLimit(size, params); err != nil {
+		if rec.MaxSize, err = imagepool.GrowLimit(size, params); err != nil {
 			return volume.Record{}, status.Errorf(codes.OutOfRange, "volume %s of %d bytes: %v", name, size, err)
 		}
 		avail, err := m.imageCapacity()
@@ -262,9 +263,9 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 			return volume.Record{}, status.Error(codes.Internal, err.Error())
 		}
 		if size > avail {
-			return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.dir, avail, size)
+			return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.Dir, avail, size)
 		}
-		if err := m.images.create(name, size, params); err != nil {
+		if err := m.images.Create(name, size, params); err != nil {
 			return volume.Record{}, status.Error(codes.Internal, err.Error())
 		}
 		rec.Size = size
@@ -282,7 +283,7 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 	if err := m.saveLocked(); err != nil {
 		delete(m.state.Volumes, name)
 		if rec.Device == "" {
-			m.images.remove(name)
+			m.images.Remove(name)
 		}
 		return volume.Record{}, err
 	}
@@ -324,7 +325,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 	}
 	switch id.Pool {
 	case volume.PoolImage:
-		if err := m.images.remove(id.Name); err != nil {
+		if err := m.images.Remove(id.Name); err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
 	case volume.PoolUSB:
@@ -396,13 +397,13 @@ func (m *Manager) Capacity(params volume.Params) (int64, error) {
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		return largestImage(c, params), nil
+		return imagepool.Largest(c, params), nil
 	}
 }
 
 // imageCapacity is the largest image that can still be made without overcommitting the pool.
 func (m *Manager) imageCapacity() (int64, error) {
-	free, err := m.images.free()
+	free, err := m.images.Free()
 	if err != nil {
 		return 0, err
 	}
@@ -410,17 +411,17 @@ func (m *Manager) imageCapacity() (int64, error) {
 	var promised int64
 	for _, v := range m.state.Volumes {
 		if v.Device == "" {
-			promised += m.images.unwritten(v.Name, v.Size)
+			promised += m.images.Unwritten(v.Name, v.Size)
 		}
 	}
 	m.mu.Unlock()
-	return min(max(free-promised-m.images.reserve, 0), volume.MaxImageSize), nil
+	return min(max(free-promised-m.images.Reserve, 0), volume.MaxImageSize), nil
 }
 
 // devicePath is where a volume's bytes are now: its image, or its USB device's node.
 func (m *Manager) devicePath(rec volume.Record) (string, error) {
 	if rec.Device == "" {
-		p := m.images.path(rec.Name)
+		p := m.images.Path(rec.Name)
 		if _, err := os.Stat(p); err != nil {
 			return "", status.Errorf(codes.Internal, "volume %s: image: %v", rec.ID, err)
 		}

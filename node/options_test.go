@@ -38,26 +38,3 @@ func TestMountOptions(t *testing.T) {
 		t.Errorf("no codepage parameter: flags %v", f)
 	}
 }
-
-// TestLargestImage: the capacity reported for a FAT type is a size CreateVolume can make, and a
-// MiB more is not.
-func TestLargestImage(t *testing.T) {
-	for _, ft := range []int{12, 16, 32} {
-		p := volume.Params{Pool: volume.PoolImage, Mode: volume.ModeDefault, FATType: ft}
-		got := largestImage(64<<30, p)
-		if got <= 0 {
-			t.Fatalf("FAT%d: largest image %d", ft, got)
-		}
-		if size, err := chooseImageSize(got, got, p); err != nil || size != got {
-			t.Errorf("FAT%d: largest image %d cannot be made: %d, %v", ft, got, size, err)
-		}
-		if got < 64<<30 {
-			if _, err := chooseImageSize(got+1<<20, got+1<<20, p); err == nil {
-				t.Errorf("FAT%d: %d bytes is reported as the largest, but a MiB more can be made", ft, got)
-			}
-		}
-	}
-	if got := largestImage(64<<30, volume.Params{Pool: volume.PoolImage, Mode: volume.ModeDefault}); got != 64<<30 {
-		t.Errorf("auto type: largest image %d, want all of the 64 GiB", got)
-	}
-}

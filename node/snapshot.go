@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/imagepool"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,11 +23,11 @@ const snapshotsDir = "snapshots"
 func (m *Manager) snapshotDir() string { return filepath.Join(m.cfg.PoolDir, snapshotsDir) }
 
 func (m *Manager) snapshotPath(name string) string {
-	return filepath.Join(m.snapshotDir(), name+imageSuffix)
+	return filepath.Join(m.snapshotDir(), name+imagepool.ImageSuffix)
 }
 
 func (m *Manager) snapshotCreatingPath(name string) string {
-	return filepath.Join(m.snapshotDir(), "."+name+imageSuffix+creatingSuffix)
+	return filepath.Join(m.snapshotDir(), "."+name+imagepool.ImageSuffix+imagepool.CreatingSuffix)
 }
 
 // snapshotLock is the lock name of a snapshot: apart from volume names, which have no '/'.
@@ -52,7 +53,7 @@ func (m *Manager) lockSnapshot(name, op string) (func(), error) {
 // dropUnfinishedSnapshots removes what a crash left of snapshots being taken: their half-made
 // copies and their records, which are not ready.
 func (m *Manager) dropUnfinishedSnapshots() error {
-	left, err := filepath.Glob(filepath.Join(m.snapshotDir(), ".*"+imageSuffix+creatingSuffix))
+	left, err := filepath.Glob(filepath.Join(m.snapshotDir(), ".*"+imagepool.ImageSuffix+imagepool.CreatingSuffix))
 	if err != nil {
 		return err
 	}
@@ -193,13 +194,13 @@ func (m *Manager) copyBudget(rec volume.Record) (int64, error) {
 		return 0, status.Error(codes.Internal, err.Error())
 	}
 	if rec.Device == "" {
-		need := rec.Size - m.images.unwritten(rec.Name, rec.Size)
+		need := rec.Size - m.images.Unwritten(rec.Name, rec.Size)
 		if need > avail {
-			return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has room for %d bytes, a copy of volume %s needs %d", m.images.dir, avail, rec.ID, need)
+			return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has room for %d bytes, a copy of volume %s needs %d", m.images.Dir, avail, rec.ID, need)
 		}
 	}
 	if avail == 0 {
-		return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has no room left", m.images.dir)
+		return 0, status.Errorf(codes.ResourceExhausted, "image pool %s has no room left", m.images.Dir)
 	}
 	return avail, nil
 }

@@ -22,7 +22,7 @@ func (m *Manager) condition(rec volume.Record, h health, path string) (abnormal 
 			return true, fmt.Sprintf("removable medium %s has disappeared: %v", rec.Device, err)
 		}
 	} else if rec.Device == "" {
-		if _, err := os.Stat(m.images.path(rec.Name)); err != nil {
+		if _, err := os.Stat(m.images.Path(rec.Name)); err != nil {
 			return true, fmt.Sprintf("image file: %v", err)
 		}
 	}

@@ -24,7 +24,7 @@ func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClai
 			if params.Wipe {
 				return formattedSize(d.Size, params)
 			}
-			if state, _, _ := m.probeMedium(d); state == mediumFAT || state == mediumBlank {
+			if state, _, _ := m.probeMedium(d); state == media.StateFAT || state == media.StateBlank {
 				return formattedSize(d.Size, params)
 			}
 			continue

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/csi-fat/csi-fat/internal/kubeapi"
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/discovery"
 )
 
 // discoveryFlags say how discovery mode publishes the node's removable media as
@@ -34,11 +34,11 @@ func (d *discoveryFlags) register(fs *flag.FlagSet) {
 }
 
 // config builds the discovery configuration with an in-cluster API client, or nil when off.
-func (d *discoveryFlags) config() (*node.DiscoveryConfig, error) {
+func (d *discoveryFlags) config() (*discovery.Config, error) {
 	if !d.enabled {
 		return nil, nil
 	}
-	c := &node.DiscoveryConfig{
+	c := &discovery.Config{
 		StorageClass:  d.storageClass,
 		ReclaimPolicy: corev1.PersistentVolumeReclaimPolicy(d.reclaimPolicy),
 		Blank:         d.blank,

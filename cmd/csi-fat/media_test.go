@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/usbtest"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
@@ -99,16 +99,16 @@ func TestMediaCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("csi-fat media --json: %v\n%s", err, out)
 	}
-	var media []node.MediumStatus
-	if err := json.Unmarshal(out, &media); err != nil || len(media) != 3 {
+	var seen []media.Status
+	if err := json.Unmarshal(out, &seen); err != nil || len(seen) != 3 {
 		t.Fatalf("csi-fat media --json: %v\n%s", err, out)
 	}
 	// Members first, smallest first, then the one the lists leave out.
-	if m := media[1]; m.Kernel != disk.Kernel || len(m.ByPath) != 1 || m.ByPath[0] != disk.ByPath || m.Vendor != "ATA" || m.Model != "Bay_Disk" {
+	if m := seen[1]; m.Kernel != disk.Kernel || len(m.ByPath) != 1 || m.ByPath[0] != disk.ByPath || m.Vendor != "ATA" || m.Model != "Bay_Disk" {
 		t.Errorf("the included disk, second: %+v", m)
 	}
-	if media[0].Kernel != blank.Kernel || media[2].Kernel != denied.Kernel {
-		t.Errorf("order %s, %s, %s; want %s, %s, %s", media[0].Kernel, media[1].Kernel, media[2].Kernel, blank.Kernel, disk.Kernel, denied.Kernel)
+	if seen[0].Kernel != blank.Kernel || seen[2].Kernel != denied.Kernel {
+		t.Errorf("order %s, %s, %s; want %s, %s, %s", seen[0].Kernel, seen[1].Kernel, seen[2].Kernel, blank.Kernel, disk.Kernel, denied.Kernel)
 	}
 
 	plain := freeAddress(t)

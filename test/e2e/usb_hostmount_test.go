@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	csinode "github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/media"
 )
 
 // TestUSBHostMountSeen: the driver runs in a container, yet a stick the host mounts (ext4, by the
@@ -44,23 +44,23 @@ func TestUSBHostMountSeen(t *testing.T) {
 	})
 
 	driver := e.driverPod(t).Metadata.Name
-	status := func() csinode.MediumStatus {
+	status := func() media.Status {
 		t.Helper()
 		out, err := e.kubectlErr("exec", "-n", releaseNS, driver, "-c", "csi-fat", "--", "/csi-fat", "media", "--json")
 		if err != nil {
 			t.Fatalf("csi-fat media in the driver's container: %v\n%s", err, out)
 		}
-		var media []csinode.MediumStatus
-		if err := json.Unmarshal(out, &media); err != nil {
+		var seen []media.Status
+		if err := json.Unmarshal(out, &seen); err != nil {
 			t.Fatalf("csi-fat media --json: %v\n%s", err, out)
 		}
-		for _, m := range media {
+		for _, m := range seen {
 			if m.Kernel == stick.Kernel {
 				return m
 			}
 		}
 		t.Fatalf("csi-fat media does not list %s:\n%s", stick.Kernel, out)
-		return csinode.MediumStatus{}
+		return media.Status{}
 	}
 	if m := status(); m.State != "busy" || m.Content != "mounted" || !strings.HasPrefix(m.Reason, "mounted by the host") {
 		t.Errorf("a stick the host has mounted: %+v, want busy, mounted by the host", m)

@@ -1,11 +1,12 @@
-package node
+package discovery
 
 import (
 	"sort"
-	"strconv"
 
-	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // What one round of discovery mode does, decided from what the node sees (its media, its
@@ -38,23 +39,23 @@ const (
 type discoveryAction struct {
 	Kind      string
 	Name      string // the volume's and PV's name
-	Medium    MediumStatus
+	Medium    media.Status
 	Partition string // create: the partition to adopt, "" for the medium whole
 	Why       string // remove: why
 	PV        *corev1.PersistentVolume
 	Volume    *volume.Record
 }
 
-// planDiscovery decides one round. media is what the pool's scan sees now; volumes are the
-// node's discovered volumes (those whose name is discoveredName of their device); pvs are the PVs
+// planDiscovery decides one round. seen is what the pool's scan sees now; volumes are the
+// node's discovered volumes (those whose name is VolumeName of their device); pvs are the PVs
 // of this node's loop, as listed. blank says whether blank media are published too (formatted),
 // selects which media may be (nil: all).
 // A PV's medium is identified by its annotation, so a PV whose medium is pulled out is still
 // known for what it was.
-func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []volume.Record, pvs []corev1.PersistentVolume, blank bool, selects func(MediumStatus) bool) []discoveryAction {
-	present := map[string]MediumStatus{}
-	for _, m := range media {
-		if m.ID != "" && m.State != mediumExcluded {
+func planDiscovery(driverName, nodeID string, seen []media.Status, volumes []volume.Record, pvs []corev1.PersistentVolume, blank bool, selects func(media.Status) bool) []discoveryAction {
+	present := map[string]media.Status{}
+	for _, m := range seen {
+		if m.ID != "" && m.State != media.StateExcluded {
 			present[m.ID] = m
 		}
 	}
@@ -68,8 +69,8 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []vo
 		pv := &pvs[i]
 		pvNames[pv.Name] = true
 		id := pv.Annotations[driverName+annSuffixMedium]
-		key := unitKey(id, pv.Annotations[driverName+annSuffixPartition])
-		if id == "" || discoveredName(nodeID, key) != pv.Name || !handleOnNode(pv, nodeID) {
+		key := UnitKey(id, pv.Annotations[driverName+annSuffixPartition])
+		if id == "" || VolumeName(nodeID, key) != pv.Name || !handleOnNode(pv, nodeID) {
 			continue // not one this node's loop made: never touched
 		}
 		_, here := present[id]
@@ -108,7 +109,7 @@ func planDiscovery(driverName, nodeID string, media []MediumStatus, volumes []vo
 			continue
 		}
 		for _, part := range freeUnits(m, blank) {
-			name := discoveredName(nodeID, unitKey(id, part))
+			name := VolumeName(nodeID, UnitKey(id, part))
 			if !pvNames[name] && vols[name] == nil {
 				out = append(out, discoveryAction{Kind: discoverCreate, Name: name, Medium: m, Partition: part})
 			}
@@ -129,27 +130,18 @@ func handleOnNode(pv *corev1.PersistentVolume, nodeID string) bool {
 // freeUnits are the parts of a medium a discovered volume may take: each free FAT partition of a
 // partitioned one (by its ID), or a free superfloppy, or a blank one when blank media are
 // published, whole ("").
-func freeUnits(m MediumStatus, blank bool) []string {
+func freeUnits(m media.Status, blank bool) []string {
 	if m.Content == "partition" {
 		var out []string
 		for _, p := range m.Partitions {
-			if p.State == mediumFAT {
+			if p.State == media.StateFAT {
 				out = append(out, p.ID())
 			}
 		}
 		return out
 	}
-	if m.State == mediumFAT || (blank && m.State == mediumBlank) {
+	if m.State == media.StateFAT || (blank && m.State == media.StateBlank) {
 		return []string{""}
 	}
 	return nil
-}
-
-// ID is the partition as a volume records it: a GPT partition's GUID, else its number (as
-// layout.Partition.ID has it).
-func (p PartitionStatus) ID() string {
-	if p.GUID != "" {
-		return p.GUID
-	}
-	return strconv.Itoa(p.Number)
 }

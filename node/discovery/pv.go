@@ -1,4 +1,4 @@
-package node
+package discovery
 
 import (
 	"crypto/sha256"
@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // Discovery mode publishes every usable removable medium of a node as a PersistentVolume of its
@@ -51,20 +53,20 @@ const (
 // partition of it (its number, or a GPT partition's GUID, as volume.Record.Partition has it).
 type discoveredUnit struct{ Medium, Partition string }
 
-// unitKey names what a discovered volume holds in one string: the medium's ID, and "#" and the
+// UnitKey names what a discovered volume holds in one string: the medium's ID, and "#" and the
 // partition for one partition of it.
-func unitKey(mediumID, partition string) string {
+func UnitKey(mediumID, partition string) string {
 	if partition == "" {
 		return mediumID
 	}
 	return mediumID + "#" + partition
 }
 
-// discoveredName is the name of the volume (and of its PV) discovery mode makes for a medium, or
-// a partition of it (key, unitKey), on a node: stable across re-plugging and restarts, a valid
+// VolumeName is the name of the volume (and of its PV) discovery mode makes for a medium, or
+// a partition of it (key, UnitKey), on a node: stable across re-plugging and restarts, a valid
 // volume name and PV name (DNS-1123: lower case letters, digits and '-'), at most 4+30+1+16 = 51
 // bytes. The node's name is there for the reader; the hash of node and key makes it unique.
-func discoveredName(node, key string) string {
+func VolumeName(node, key string) string {
 	sum := sha256.Sum256([]byte(node + "\x00" + key))
 	part := dnsLabelPart(node, 30)
 	if part == "" {
@@ -120,7 +122,7 @@ func labelValue(s string) string {
 
 // discoveryLabels are the labels a claim's selector picks a medium by; the size is the volume's
 // (a partition's, for a volume in one).
-func discoveryLabels(driverName, nodeID string, m MediumStatus, rec volume.Record, fsLabel string) map[string]string {
+func discoveryLabels(driverName, nodeID string, m media.Status, rec volume.Record, fsLabel string) map[string]string {
 	l := map[string]string{
 		labelManagedBy:                    DiscoveryManagedBy,
 		driverName + "/node":              labelValue(nodeID),
@@ -148,7 +150,7 @@ func discoverySelector(driverName, nodeID string) string {
 // discoveredPV is the PersistentVolume of a discovered medium's volume: reachable on the node
 // only (node affinity on the topology key), its capacity the medium's size, ReadWriteOnce (a PV
 // cannot have ReadWriteOncePod besides, and one node is what the medium gives).
-func (c *DiscoveryConfig) discoveredPV(nodeID, topologyKey string, rec volume.Record, m MediumStatus, fsLabel string) *corev1.PersistentVolume {
+func (c *Config) discoveredPV(nodeID, topologyKey string, rec volume.Record, m media.Status, fsLabel string) *corev1.PersistentVolume {
 	ann := map[string]string{annProvisionedBy: c.DriverName, c.DriverName + annSuffixMedium: rec.Device}
 	if rec.Partition != "" {
 		ann[c.DriverName+annSuffixPartition] = rec.Partition
@@ -184,7 +186,7 @@ func ptrTo[T any](v T) *T { return &v }
 
 // markPatch is the merge patch that marks a PV whose medium is gone (present=false, and since
 // when), or clears the mark (present=true, no time).
-func (c *DiscoveryConfig) markPatch(gone bool, now time.Time) []byte {
+func (c *Config) markPatch(gone bool, now time.Time) []byte {
 	if gone {
 		return []byte(`{"metadata":{"labels":{"` + c.DriverName + labelSuffixPresent + `":"false"},"annotations":{"` +
 			c.DriverName + annSuffixGoneSince + `":"` + now.UTC().Format(time.RFC3339) + `"}}}`)

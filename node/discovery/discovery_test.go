@@ -1,4 +1,4 @@
-package node
+package discovery
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,7 +24,7 @@ func TestDiscoveredName(t *testing.T) {
 		{long, "usb-Generic_Flash_Disk_ABC-0:0"},
 		{"-", "x"},
 	} {
-		name := discoveredName(c.node, c.medium)
+		name := VolumeName(c.node, c.medium)
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			t.Errorf("%q %q: name %q is not a PV name: %v", c.node, c.medium, name, errs)
 		}
@@ -36,15 +37,15 @@ func TestDiscoveredName(t *testing.T) {
 		if len(name) > 51 {
 			t.Errorf("name %q is %d bytes", name, len(name))
 		}
-		if again := discoveredName(c.node, c.medium); again != name {
+		if again := VolumeName(c.node, c.medium); again != name {
 			t.Errorf("name not stable: %q then %q", name, again)
 		}
 	}
-	a := discoveredName("worker-1", "usb-A-0:0")
-	if b := discoveredName("worker-2", "usb-A-0:0"); a == b {
+	a := VolumeName("worker-1", "usb-A-0:0")
+	if b := VolumeName("worker-2", "usb-A-0:0"); a == b {
 		t.Errorf("two nodes, one name %q", a)
 	}
-	if b := discoveredName("worker-1", "usb-B-0:0"); a == b {
+	if b := VolumeName("worker-1", "usb-B-0:0"); a == b {
 		t.Errorf("two media, one name %q", a)
 	}
 	if !strings.HasPrefix(a, "fat-worker-1-") {
@@ -74,14 +75,14 @@ func TestLabelValue(t *testing.T) {
 	}
 }
 
-func testMedium() MediumStatus {
-	return MediumStatus{ID: "usb-Kingston_DataTraveler_3.0_ABC123-0:0", Kernel: "sdb", Size: 8 << 30,
-		Vendor: "Kingston", Model: "DataTraveler 3.0", Serial: "ABC123", State: mediumFAT}
+func testMedium() media.Status {
+	return media.Status{ID: "usb-Kingston_DataTraveler_3.0_ABC123-0:0", Kernel: "sdb", Size: 8 << 30,
+		Vendor: "Kingston", Model: "DataTraveler 3.0", Serial: "ABC123", State: media.StateFAT}
 }
 
-func testDiscoveryConfig(t *testing.T) *DiscoveryConfig {
+func testDiscoveryConfig(t *testing.T) *Config {
 	t.Helper()
-	c := &DiscoveryConfig{DriverName: testDriver, StorageClass: "csi-fat-discovered", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+	c := &Config{DriverName: testDriver, StorageClass: "csi-fat-discovered", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 		Interval: time.Second, MountOptions: []string{"uid=1000"}, Parameters: map[string]string{"mode": "flush", "layout": "mbr", "label": "cam"}}
 	if err := c.Prepare(); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestDiscoveryPrepare(t *testing.T) {
 	if c.format.Adopt || c.format.Layout != "mbr" || c.format.Label != "CAM" || c.format.Mode != volume.ModeFlush || c.format.Reclaim != volume.ReclaimKeep {
 		t.Errorf("format params %+v: want layout mbr, label CAM, mode flush, reclaim keep", c.format)
 	}
-	for _, bad := range []DiscoveryConfig{
+	for _, bad := range []Config{
 		{DriverName: testDriver, ReclaimPolicy: "Recycle", Interval: time.Second},
 		{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete},
 		{DriverName: "Fat.Example", ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second},
@@ -119,7 +120,7 @@ func TestDiscoverySelects(t *testing.T) {
 	m := testMedium()
 	m.ByPath = []string{"pci-0000:00:14.0-usb-0:2:1.0-scsi-0:0:0:0"}
 	blank := m
-	blank.State = mediumBlank
+	blank.State = media.StateBlank
 	for _, c := range []struct {
 		params      map[string]string
 		fat, blanks bool
@@ -134,7 +135,7 @@ func TestDiscoverySelects(t *testing.T) {
 		{map[string]string{"byId": "usb-Kingston_*"}, true, true},
 		{map[string]string{"fsLabel": "CAM*"}, true, false},
 	} {
-		cfg := &DiscoveryConfig{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: c.params}
+		cfg := &Config{DriverName: testDriver, ReclaimPolicy: corev1.PersistentVolumeReclaimDelete, Interval: time.Second, Parameters: c.params}
 		if err := cfg.Prepare(); err != nil {
 			t.Fatalf("%v: %v", c.params, err)
 		}
@@ -144,7 +145,7 @@ func TestDiscoverySelects(t *testing.T) {
 		if got := cfg.selects(blank); got != c.blanks {
 			t.Errorf("%v: selects the blank medium %t, want %t", c.params, got, c.blanks)
 		}
-		acts := planDiscovery(testDriver, "worker-1", []MediumStatus{m}, nil, nil, true, cfg.selects)
+		acts := planDiscovery(testDriver, "worker-1", []media.Status{m}, nil, nil, true, cfg.selects)
 		if (len(acts) == 1) != c.fat {
 			t.Errorf("%v: actions %q", c.params, kinds(acts))
 		}
@@ -154,7 +155,7 @@ func TestDiscoverySelects(t *testing.T) {
 func TestDiscoveredPV(t *testing.T) {
 	c := testDiscoveryConfig(t)
 	m := testMedium()
-	name := discoveredName("worker-1", m.ID)
+	name := VolumeName("worker-1", m.ID)
 	rec := volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: "worker-1", Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
 	pv := c.discoveredPV("worker-1", testDriver+"/node", rec, m, "CAM01")
 	if pv.Name != name {
@@ -247,9 +248,9 @@ func TestMarkPatch(t *testing.T) {
 }
 
 // discoveredPVOf is the PV as the API server would list it, bound to a claim or not.
-func discoveredPVOf(t *testing.T, node string, m MediumStatus, bound, marked bool) corev1.PersistentVolume {
+func discoveredPVOf(t *testing.T, node string, m media.Status, bound, marked bool) corev1.PersistentVolume {
 	c := testDiscoveryConfig(t)
-	name := discoveredName(node, m.ID)
+	name := VolumeName(node, m.ID)
 	rec := volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Params: c.adopt, Device: m.ID}
 	pv := c.discoveredPV(node, testDriver+"/node", rec, m, "")
 	if bound {
@@ -261,8 +262,8 @@ func discoveredPVOf(t *testing.T, node string, m MediumStatus, bound, marked boo
 	return *pv
 }
 
-func discoveredRecord(node string, m MediumStatus) volume.Record {
-	name := discoveredName(node, m.ID)
+func discoveredRecord(node string, m media.Status) volume.Record {
+	name := VolumeName(node, m.ID)
 	return volume.Record{ID: volume.ID{Pool: volume.PoolUSB, Node: node, Name: name}.String(), Name: name, Size: m.Size, Device: m.ID}
 }
 
@@ -277,43 +278,43 @@ func kinds(actions []discoveryAction) []string {
 func TestPlanDiscovery(t *testing.T) {
 	const node = "worker-1"
 	fat := testMedium()
-	blank := MediumStatus{ID: "usb-Generic_Blank_B1-0:0", Size: 1 << 30, State: mediumBlank}
-	foreign := MediumStatus{ID: "usb-Generic_Ext4_E1-0:0", Size: 1 << 30, State: mediumForeign}
-	busy := MediumStatus{ID: "usb-Generic_Busy_U1-0:0", Size: 1 << 30, State: mediumBusy}
+	blank := media.Status{ID: "usb-Generic_Blank_B1-0:0", Size: 1 << 30, State: media.StateBlank}
+	foreign := media.Status{ID: "usb-Generic_Ext4_E1-0:0", Size: 1 << 30, State: media.StateForeign}
+	busy := media.Status{ID: "usb-Generic_Busy_U1-0:0", Size: 1 << 30, State: media.StateBusy}
 	claimed := fat
-	claimed.State, claimed.Volume = mediumClaimed, discoveredRecord(node, fat).ID
-	otherClaim := MediumStatus{ID: "usb-Other_Claim_C1-0:0", Size: 1 << 30, State: mediumClaimed, Volume: "usb:" + node + ":pvc-1"}
-	excluded := MediumStatus{ID: "usb-Fixed_Disk_F1-0:0", State: mediumExcluded}
-	fatName, blankName := discoveredName(node, fat.ID), discoveredName(node, blank.ID)
+	claimed.State, claimed.Volume = media.StateClaimed, discoveredRecord(node, fat).ID
+	otherClaim := media.Status{ID: "usb-Other_Claim_C1-0:0", Size: 1 << 30, State: media.StateClaimed, Volume: "usb:" + node + ":pvc-1"}
+	excluded := media.Status{ID: "usb-Fixed_Disk_F1-0:0", State: media.StateExcluded}
+	fatName, blankName := VolumeName(node, fat.ID), VolumeName(node, blank.ID)
 	rec := discoveredRecord(node, fat)
 	otherNodePV := discoveredPVOf(t, "worker-2", fat, false, false) // worker-2's loop would own it
 
 	for _, c := range []struct {
 		name    string
-		media   []MediumStatus
+		media   []media.Status
 		volumes []volume.Record
 		pvs     []corev1.PersistentVolume
 		blank   bool
 		want    []string
 	}{
 		{name: "a FAT medium plugged in is published; others are not",
-			media: []MediumStatus{fat, blank, foreign, busy, otherClaim, excluded},
+			media: []media.Status{fat, blank, foreign, busy, otherClaim, excluded},
 			want:  []string{"create " + fatName}},
 		{name: "blank media too when asked",
-			media: []MediumStatus{fat, blank, foreign}, blank: true,
+			media: []media.Status{fat, blank, foreign}, blank: true,
 			want: []string{"create " + blankName, "create " + fatName}},
 		{name: "an unbound PV whose volume is gone goes; the medium is published again next round",
-			media: []MediumStatus{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
+			media: []media.Status{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
 			want: []string{"remove " + fatName}},
 		{name: "published and present: nothing to do",
-			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)}},
+			media: []media.Status{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)}},
 		{name: "bound and present: nothing to do",
-			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
+			media: []media.Status{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
 		{name: "a volume without its PV gets it",
-			media: []MediumStatus{claimed}, volumes: []volume.Record{rec},
+			media: []media.Status{claimed}, volumes: []volume.Record{rec},
 			want: []string{"publish " + fatName}},
 		{name: "released, volume deleted, PV not yet: wait for the provisioner",
-			media: []MediumStatus{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
+			media: []media.Status{fat}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, false)}},
 		{name: "pulled out and unbound: PV and volume go",
 			volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, false, false)},
 			want: []string{"remove " + fatName}},
@@ -323,7 +324,7 @@ func TestPlanDiscovery(t *testing.T) {
 		{name: "pulled out, bound and marked: nothing more",
 			volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)}},
 		{name: "plugged in again while bound: mark cleared",
-			media: []MediumStatus{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)},
+			media: []media.Status{claimed}, volumes: []volume.Record{rec}, pvs: []corev1.PersistentVolume{discoveredPVOf(t, node, fat, true, true)},
 			want: []string{"unmark " + fatName}},
 		{name: "a pulled medium's volume without PV is forgotten",
 			volumes: []volume.Record{rec},
@@ -341,28 +342,28 @@ func TestPlanDiscovery(t *testing.T) {
 
 	// A partitioned stick: one volume per free FAT partition, each named apart; a claimed one
 	// is left alone, and a whole one with a PV of its own is published and left.
-	twin := MediumStatus{ID: "usb-Twin_Card_T1-0:0", Size: 64 << 20, State: mediumFAT, Content: "partition",
-		Partitions: []PartitionStatus{{Number: 1, State: mediumFAT, Size: 15 << 20}, {Number: 3, State: mediumFAT, Size: 46 << 20}}}
-	got := kinds(planDiscovery(testDriver, node, []MediumStatus{twin}, nil, nil, false, nil))
-	want := []string{"create " + discoveredName(node, twin.ID+"#1"), "create " + discoveredName(node, twin.ID+"#3")}
+	twin := media.Status{ID: "usb-Twin_Card_T1-0:0", Size: 64 << 20, State: media.StateFAT, Content: "partition",
+		Partitions: []media.PartitionStatus{{Number: 1, State: media.StateFAT, Size: 15 << 20}, {Number: 3, State: media.StateFAT, Size: 46 << 20}}}
+	got := kinds(planDiscovery(testDriver, node, []media.Status{twin}, nil, nil, false, nil))
+	want := []string{"create " + VolumeName(node, twin.ID+"#1"), "create " + VolumeName(node, twin.ID+"#3")}
 	if !slices.Equal(got, want) {
 		t.Errorf("partitioned stick: actions %q, want %q", got, want)
 	}
-	twin.State, twin.Partitions[0].State, twin.Partitions[0].Volume = mediumClaimed, mediumClaimed, "usb:"+node+":pvc-9"
-	gpt := MediumStatus{ID: "usb-Gpt_Card_G1-0:0", Size: 64 << 20, State: mediumFAT, Content: "partition",
-		Partitions: []PartitionStatus{{Number: 2, GUID: "3F2504E0-4F89-41D3-9A0C-0305E82C3301", State: mediumFAT}}}
-	got = kinds(planDiscovery(testDriver, node, []MediumStatus{twin, gpt}, nil, nil, false, nil))
-	want = []string{"create " + discoveredName(node, gpt.ID+"#3F2504E0-4F89-41D3-9A0C-0305E82C3301"), "create " + discoveredName(node, twin.ID+"#3")}
+	twin.State, twin.Partitions[0].State, twin.Partitions[0].Volume = media.StateClaimed, media.StateClaimed, "usb:"+node+":pvc-9"
+	gpt := media.Status{ID: "usb-Gpt_Card_G1-0:0", Size: 64 << 20, State: media.StateFAT, Content: "partition",
+		Partitions: []media.PartitionStatus{{Number: 2, GUID: "3F2504E0-4F89-41D3-9A0C-0305E82C3301", State: media.StateFAT}}}
+	got = kinds(planDiscovery(testDriver, node, []media.Status{twin, gpt}, nil, nil, false, nil))
+	want = []string{"create " + VolumeName(node, gpt.ID+"#3F2504E0-4F89-41D3-9A0C-0305E82C3301"), "create " + VolumeName(node, twin.ID+"#3")}
 	if !slices.Equal(got, want) {
 		t.Errorf("a partition claimed, a GPT one by GUID: actions %q, want %q", got, want)
 	}
-	acts := planDiscovery(testDriver, node, []MediumStatus{gpt}, nil, nil, false, nil)
+	acts := planDiscovery(testDriver, node, []media.Status{gpt}, nil, nil, false, nil)
 	if len(acts) != 1 || acts[0].Partition != "3F2504E0-4F89-41D3-9A0C-0305E82C3301" {
 		t.Errorf("GPT partition action %+v: want the partition by its GUID", acts)
 	}
 	// A partition's PV, pulled out unbound, is removed like a whole one's.
 	prec := discoveredRecord(node, twin)
-	prec.Partition, prec.Name = "3", discoveredName(node, twin.ID+"#3")
+	prec.Partition, prec.Name = "3", VolumeName(node, twin.ID+"#3")
 	prec.ID = volume.ID{Pool: volume.PoolUSB, Node: node, Name: prec.Name}.String()
 	ppv := testDiscoveryConfig(t).discoveredPV(node, testDriver+"/node", prec, twin, "TWO")
 	if ppv.Annotations[testDriver+"/partition"] != "3" || ppv.Labels[testDriver+"/partition"] != "3" {

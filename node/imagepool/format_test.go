@@ -1,4 +1,4 @@
-package node
+package imagepool
 
 import (
 	"testing"
@@ -34,7 +34,7 @@ func TestGrowthRoom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		limit, err := growLimit(c.size, p)
+		limit, err := GrowLimit(c.size, p)
 		if c.wantRefuse {
 			if err == nil {
 				t.Errorf("%d bytes, %v: limit %d, want a refusal", c.size, c.params, limit)
@@ -45,7 +45,7 @@ func TestGrowthRoom(t *testing.T) {
 			t.Errorf("%d bytes, %v: %v", c.size, c.params, err)
 			continue
 		}
-		opts, _ := imageMkfsOptions(c.size, p)
+		opts, _ := MkfsOptions(c.size, p)
 		bs, err := mkfs.Plan(c.size, opts)
 		if err != nil {
 			t.Fatal(err)

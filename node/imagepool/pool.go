@@ -1,4 +1,4 @@
-package node
+package imagepool
 
 import (
 	"errors"
@@ -17,27 +17,27 @@ import (
 
 // Image files' names in the pool.
 const (
-	imageSuffix = ".img"
-	// creatingSuffix marks an image being made; a leading dot keeps it apart from every volume
+	ImageSuffix = ".img"
+	// CreatingSuffix marks an image being made; a leading dot keeps it apart from every volume
 	// name, which cannot start with one.
-	creatingSuffix = ".creating"
+	CreatingSuffix = ".creating"
 )
 
-// imagePool keeps volumes as sparse image files in one directory on a node-local disk.
-type imagePool struct {
-	dir     string
-	reserve int64 // bytes of the pool's file system never promised to volumes
+// Pool keeps volumes as sparse image files in one directory on a node-local disk.
+type Pool struct {
+	Dir     string
+	Reserve int64 // bytes of the pool's file system never promised to volumes
 }
 
-func (p *imagePool) path(name string) string { return filepath.Join(p.dir, name+imageSuffix) }
+func (p *Pool) Path(name string) string { return filepath.Join(p.Dir, name+ImageSuffix) }
 
-func (p *imagePool) creatingPath(name string) string {
-	return filepath.Join(p.dir, "."+name+imageSuffix+creatingSuffix)
+func (p *Pool) CreatingPath(name string) string {
+	return filepath.Join(p.Dir, "."+name+ImageSuffix+CreatingSuffix)
 }
 
-// removeLeftovers deletes images a crash left half made.
-func (p *imagePool) removeLeftovers() error {
-	left, err := filepath.Glob(filepath.Join(p.dir, ".*"+imageSuffix+creatingSuffix))
+// RemoveLeftovers deletes images a crash left half made.
+func (p *Pool) RemoveLeftovers() error {
+	left, err := filepath.Glob(filepath.Join(p.Dir, ".*"+ImageSuffix+CreatingSuffix))
 	if err != nil {
 		return err
 	}
@@ -49,11 +49,11 @@ func (p *imagePool) removeLeftovers() error {
 	return nil
 }
 
-// chooseImageSize picks an image size in [required, limit] (limit 0: none), rounded up to a
+// ChooseSize picks an image size in [required, limit] (limit 0: none), rounded up to a
 // whole MiB where the limit allows, else to 4 KiB or a sector, so the device layer can use large
 // blocks. A size too small for the file system asked for grows to the next that fits, within the
 // limit; what cannot fit is OutOfRange.
-func chooseImageSize(required, limit int64, params volume.Params) (int64, error) {
+func ChooseSize(required, limit int64, params volume.Params) (int64, error) {
 	size := required
 	if size == 0 {
 		size = volume.DefaultImageSize
@@ -92,10 +92,10 @@ func chooseImageSize(required, limit int64, params volume.Params) (int64, error)
 	return 0, status.Errorf(codes.OutOfRange, "no FAT file system with these parameters fits %d bytes (limit %d): %v", first, limit, err)
 }
 
-// create makes a sparse image of size bytes and formats it. The image appears under its
+// Create makes a sparse image of size bytes and formats it. The image appears under its
 // final name only once formatted, so a crash never leaves a volume without a file system.
-func (p *imagePool) create(name string, size int64, params volume.Params) error {
-	tmp := p.creatingPath(name)
+func (p *Pool) Create(name string, size int64, params volume.Params) error {
+	tmp := p.CreatingPath(name)
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("image pool: %w", err)
 	}
@@ -103,51 +103,51 @@ func (p *imagePool) create(name string, size int64, params volume.Params) error 
 	if err != nil {
 		return err
 	}
-	err = formatImage(dev, size, params)
+	err = Format(dev, size, params)
 	if err == nil {
-		err = os.Rename(tmp, p.path(name))
+		err = os.Rename(tmp, p.Path(name))
 	}
 	if err == nil {
-		err = volume.SyncDir(p.dir)
+		err = volume.SyncDir(p.Dir)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("image pool: create %s: %w", p.path(name), err)
+		return fmt.Errorf("image pool: create %s: %w", p.Path(name), err)
 	}
 	return nil
 }
 
-// remove deletes a volume's image; a missing image is already deleted.
-func (p *imagePool) remove(name string) error {
-	if err := os.Remove(p.path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+// Remove deletes a volume's image; a missing image is already deleted.
+func (p *Pool) Remove(name string) error {
+	if err := os.Remove(p.Path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("image pool: %w", err)
 	}
-	return volume.SyncDir(p.dir)
+	return volume.SyncDir(p.Dir)
 }
 
-// unwritten is how many bytes of an image are promised but not yet allocated on disk: what
+// Unwritten is how many bytes of an image are promised but not yet allocated on disk: what
 // filling it would still take from the pool's file system.
-func (p *imagePool) unwritten(name string, size int64) int64 {
+func (p *Pool) Unwritten(name string, size int64) int64 {
 	var st unix.Stat_t
-	if err := unix.Stat(p.path(name), &st); err != nil {
+	if err := unix.Stat(p.Path(name), &st); err != nil {
 		return size
 	}
 	return max(size-st.Blocks*512, 0)
 }
 
-// free is the space the pool's file system has for unprivileged writers.
-func (p *imagePool) free() (int64, error) {
+// Free is the space the pool's file system has for unprivileged writers.
+func (p *Pool) Free() (int64, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(p.dir, &st); err != nil {
-		return 0, fmt.Errorf("image pool: statfs %s: %w", p.dir, err)
+	if err := unix.Statfs(p.Dir, &st); err != nil {
+		return 0, fmt.Errorf("image pool: statfs %s: %w", p.Dir, err)
 	}
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
-// largestImage is the largest whole-MiB image up to upTo that the parameters can format: FAT12
+// Largest is the largest whole-MiB image up to upTo that the parameters can format: FAT12
 // and FAT16 (and a forced cluster size) stop well below what a disk may have free, and
 // GetCapacity should not promise what CreateVolume would answer with OutOfRange. 0 when none fits.
-func largestImage(upTo int64, params volume.Params) int64 {
+func Largest(upTo int64, params volume.Params) int64 {
 	opts, err := params.MkfsOptions(512)
 	if err != nil {
 		return 0
@@ -163,7 +163,7 @@ func largestImage(upTo int64, params volume.Params) int64 {
 	if fits(upTo) {
 		return upTo
 	}
-	smallest, err := chooseImageSize(1<<20, upTo, params)
+	smallest, err := ChooseSize(1<<20, upTo, params)
 	if err != nil {
 		return 0
 	}
