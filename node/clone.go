@@ -193,14 +193,14 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
 		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
 	}
-	free, claims, skipped, err := m.freeUSB()
+	free, claims, skipped, err := m.media.Free()
 	if err != nil {
 		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
 	var why []string
 	for _, d := range free {
 		if c := claims[d.ID]; c != nil {
-			why = append(why, fmt.Sprintf("%s: volumes hold its partitions (%s)", d.ID, c.volumes()))
+			why = append(why, fmt.Sprintf("%s: volumes hold its partitions (%s)", d.ID, c.Volumes()))
 			continue
 		}
 		if d.Size < size || (limit != 0 && d.Size > limit) {

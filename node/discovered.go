@@ -1,11 +1,13 @@
 package node
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/csi-fat/csi-fat/node/discovery"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mediapool"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,36 +57,44 @@ func (m *Manager) CreateDiscoveredVolume(cfg *discovery.Config, medium media.Sta
 // kept (adoptUSB; its label put in *fsLabel), else formatted whole, when it is still blank.
 // createVolume calls it with m.provision held.
 func (m *Manager) claimMedium(id string, fsLabel *string) claimFunc {
-	return func(_, _ int64, params volume.Params) (usbClaim, error) {
-		free, claims, _, err := m.freeUSB()
+	return func(_, _ int64, params volume.Params) (mediapool.Claim, error) {
+		free, claims, _, err := m.media.Free()
 		if err != nil {
-			return usbClaim{}, status.Error(codes.Internal, err.Error())
+			return mediapool.Claim{}, status.Error(codes.Internal, err.Error())
 		}
 		for _, d := range free {
 			if d.ID != id {
 				continue
 			}
 			if params.Adopt {
-				c, why := m.adoptUSB(d, claims[d.ID], func(int64) bool { return true }, params)
+				c, why := m.media.Adopt(d, claims[d.ID], func(int64) bool { return true }, params)
 				if c == nil {
-					return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): %s", d.ID, d.Kernel, strings.Join(why, "; "))
+					return mediapool.Claim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s): %s", d.ID, d.Kernel, strings.Join(why, "; "))
 				}
-				*fsLabel = c.label
+				*fsLabel = c.Label
 				return *c, nil
 			}
 			if c := claims[d.ID]; c != nil {
-				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s: volumes hold its partitions (%s)", d.ID, c.volumes())
+				return mediapool.Claim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s: volumes hold its partitions (%s)", d.ID, c.Volumes())
 			}
-			if state, _, why := m.probeMedium(d); state != media.StateBlank {
-				return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s) is no longer blank: %s", d.ID, d.Kernel, why)
+			if state, _, why := m.media.ProbeMedium(d); state != media.StateBlank {
+				return mediapool.Claim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s (%s) is no longer blank: %s", d.ID, d.Kernel, why)
 			}
-			part, err := m.formatNewDevice(d.Path, params)
+			part, err := m.media.FormatNew(d.Path, params)
 			if err != nil {
-				return usbClaim{}, status.Errorf(claimCode(err, codes.Internal), "format removable medium %s (%s): %v", d.ID, d.Path, err)
+				return mediapool.Claim{}, status.Errorf(claimCode(err, codes.Internal), "format removable medium %s (%s): %v", d.ID, d.Path, err)
 			}
 			*fsLabel = params.Label
-			return usbClaim{dev: d, size: part.Size, label: params.Label}, nil
+			return mediapool.Claim{Dev: d, Size: part.Size, Label: params.Label}, nil
 		}
-		return usbClaim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s is not free: pulled out, used by the host or claimed", id)
+		return mediapool.Claim{}, status.Errorf(codes.FailedPrecondition, "removable medium %s is not free: pulled out, used by the host or claimed", id)
 	}
+}
+
+// MediaStatus looks at every device the removable-media pool's scan sees (mediapool.Pool.Status).
+func (m *Manager) MediaStatus() ([]media.Status, error) {
+	if m.media == nil {
+		return nil, fmt.Errorf("the removable-media pool is not enabled")
+	}
+	return m.media.Status()
 }

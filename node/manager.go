@@ -14,6 +14,7 @@ import (
 	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/imagepool"
 	"github.com/csi-fat/csi-fat/node/media"
+	"github.com/csi-fat/csi-fat/node/mediapool"
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/serving"
@@ -64,6 +65,8 @@ type Manager struct {
 	launcher *mounters.Launcher
 	// prober looks at what free removable media hold.
 	prober *prober.Prober
+	// media is the removable-media pool; nil when it is off.
+	media *mediapool.Pool
 
 	mu     sync.Mutex // guards state and served
 	state  *volume.State
@@ -108,6 +111,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		launcher:  mounters.NewLauncher(cfg.Mounter, cfg.StateDir, cfg.NodeID, cfg.PoolDir),
 		prober:    prober.New(cfg.Mounter, cfg.InProcess),
 		served:    map[string]*servedVolume{},
+	}
+	if cfg.USB != nil {
+		m.media = mediapool.New(cfg.USB, m.prober, m.checkAdoptable, m.volumeRecords)
 	}
 	if err := m.images.RemoveLeftovers(); err != nil {
 		return nil, err
@@ -199,12 +205,12 @@ func (m *Manager) Volume(volumeID string) (volume.Record, error) {
 // CreateVolume makes the named volume, or returns it when it exists with a compatible size
 // and the same parameters (AlreadyExists otherwise).
 func (m *Manager) CreateVolume(ctx context.Context, name string, required, limit int64, params volume.Params) (volume.Record, error) {
-	return m.createVolume(name, required, limit, params, m.claimUSB)
+	return m.createVolume(name, required, limit, params, m.media.ClaimFor)
 }
 
 // claimFunc chooses and prepares the removable medium of a new volume: claimUSB picks the best
 // free one; discovery mode names the one it publishes.
-type claimFunc func(required, limit int64, params volume.Params) (usbClaim, error)
+type claimFunc func(required, limit int64, params volume.Params) (mediapool.Claim, error)
 
 // createVolume is CreateVolume with the way a removable medium is claimed given.
 func (m *Manager) createVolume(name string, required, limit int64, params volume.Params, claim claimFunc) (volume.Record, error) {
@@ -274,7 +280,7 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 		if err != nil {
 			return volume.Record{}, err
 		}
-		rec.Size, rec.Device, rec.Partition = c.size, c.dev.ID, c.partition
+		rec.Size, rec.Device, rec.Partition = c.Size, c.Dev.ID, c.Partition
 	}
 
 	m.mu.Lock()
@@ -361,9 +367,9 @@ func (m *Manager) wipeUSB(rec volume.Record) error {
 	p := rec.Params
 	p.Adopt = false
 	if rec.Partition != "" {
-		err = m.wipePartition(dev.Path, rec.Partition, p)
+		err = m.media.WipePartition(dev.Path, rec.Partition, p)
 	} else {
-		err = formatDevice(dev.Path, p)
+		err = mediapool.Format(dev.Path, p)
 	}
 	m.prober.Forget(dev.Path)
 	if err != nil {
@@ -387,11 +393,11 @@ func (m *Manager) Capacity(params volume.Params) (int64, error) {
 		if m.usb == nil {
 			return 0, nil
 		}
-		free, claims, _, err := m.freeUSB()
+		free, claims, _, err := m.media.Free()
 		if err != nil {
 			return 0, status.Error(codes.Internal, err.Error())
 		}
-		return m.usbCapacity(free, claims, params), nil
+		return m.media.Capacity(free, claims, params), nil
 	default:
 		c, err := m.imageCapacity()
 		if err != nil {

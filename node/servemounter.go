@@ -154,3 +154,26 @@ func (m *Manager) stagedRecords() []volume.StageRecord {
 	}
 	return out
 }
+
+// stagedOn tells whether a volume on the device (any of its partitions) is staged.
+func (m *Manager) stagedOn(device string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.state.Staged {
+		if v := m.state.Volumes[name]; v != nil && v.Device == device {
+			return true
+		}
+	}
+	return false
+}
+
+// volumeRecords copies the records of the node's volumes, for the removable-media pool's claims.
+func (m *Manager) volumeRecords() []volume.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]volume.Record, 0, len(m.state.Volumes))
+	for _, v := range m.state.Volumes {
+		out = append(out, *v)
+	}
+	return out
+}

@@ -1,4 +1,4 @@
-package node
+package mediapool
 
 import (
 	"fmt"
@@ -13,23 +13,23 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// MediaStatus looks at every device the pool's scan sees: members first (smallest first), then
+// Status looks at every device the pool's scan sees: members first (smallest first), then
 // the devices it leaves out. Free members are read (a few KiB, layout.Probe) without claiming
 // them.
-func (m *Manager) MediaStatus() ([]media.Status, error) {
-	if m.usb == nil {
+func (pool *Pool) Status() ([]media.Status, error) {
+	if pool.cfg == nil {
 		return nil, fmt.Errorf("the removable-media pool is not enabled")
 	}
-	seen, err := m.usb.ScanAll()
+	seen, err := pool.cfg.ScanAll()
 	if err != nil {
 		return nil, err
 	}
-	claims := m.claimedMedia()
+	claims := pool.claimedMedia()
 	claimed := map[string]string{}
 	for dev, c := range claims {
 		claimed[dev] = c.Whole
 		if c.Whole == "" {
-			claimed[dev] = c.volumes()
+			claimed[dev] = c.Volumes()
 		}
 	}
 	out := make([]media.Status, 0, len(seen))
@@ -55,7 +55,7 @@ func (m *Manager) MediaStatus() ([]media.Status, error) {
 			// Volumes hold some of its partitions: the others may still be adopted.
 			st.State, st.Content = media.StateClaimed, "partition"
 			st.Reason = "partitions claimed: " + claimed[d.ID]
-			st.Partitions = m.partitionStatus(d.Device, claims[d.ID])
+			st.Partitions = pool.partitionStatus(d.Device, claims[d.ID])
 			if free := countFree(st.Partitions); free > 0 {
 				st.Reason += fmt.Sprintf("; %d more FAT partitions free for adopt=true", free)
 			}
@@ -65,9 +65,9 @@ func (m *Manager) MediaStatus() ([]media.Status, error) {
 				st.Content = "held"
 			}
 		default:
-			st.State, st.Content, st.Reason = m.probeMedium(d.Device)
+			st.State, st.Content, st.Reason = pool.ProbeMedium(d.Device)
 			if st.Content == "partition" {
-				st.Partitions = m.partitionStatus(d.Device, nil)
+				st.Partitions = pool.partitionStatus(d.Device, nil)
 			}
 		}
 		out = append(out, st)
@@ -76,8 +76,8 @@ func (m *Manager) MediaStatus() ([]media.Status, error) {
 }
 
 // partitionStatus lists a member's FAT partitions and who holds them.
-func (m *Manager) partitionStatus(d media.Device, claims *mediumClaims) []media.PartitionStatus {
-	probe, err := m.probeDevice(d)
+func (pool *Pool) partitionStatus(d media.Device, claims *Claims) []media.PartitionStatus {
+	probe, err := pool.probeDevice(d)
 	if err != nil {
 		return nil
 	}
@@ -103,14 +103,14 @@ func countFree(ps []media.PartitionStatus) int {
 	return n
 }
 
-// probeMedium names what a free device holds, and why that makes it usable or not.
-func (m *Manager) probeMedium(d media.Device) (state, content, reason string) {
+// ProbeMedium names what a free device holds, and why that makes it usable or not.
+func (pool *Pool) ProbeMedium(d media.Device) (state, content, reason string) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return media.StateUnreadable, "", fmt.Sprintf("cannot be opened: %v", err)
 	}
 	defer f.File.Close()
-	pr, err := m.prober.Look(f, d)
+	pr, err := pool.prober.Look(f, d)
 	state, content, reason = describeProbe(pr, err)
 	return state, content, reason
 }

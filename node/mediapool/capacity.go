@@ -1,16 +1,16 @@
-package node
+package mediapool
 
 import (
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// usbCapacity is the largest volume a CreateVolume with these parameters could make on the
+// Capacity is the largest volume a CreateVolume with these parameters could make on the
 // free sticks: adopting, the largest free FAT partition (or superfloppy) the patterns and the
 // partition parameter select; else the largest stick no volume holds any of that is blank or
 // holds FAT (without wipe=true), less the first MiB with layout=mbr. Sticks are looked at
 // (prober.Look, a few KiB of each) largest first.
-func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClaims, params volume.Params) int64 {
+func (pool *Pool) Capacity(free []media.Device, claims map[string]*Claims, params volume.Params) int64 {
 	var best int64
 	for i := len(free) - 1; i >= 0; i-- {
 		d := free[i]
@@ -24,7 +24,7 @@ func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClai
 			if params.Wipe {
 				return formattedSize(d.Size, params)
 			}
-			if state, _, _ := m.probeMedium(d); state == media.StateFAT || state == media.StateBlank {
+			if state, _, _ := pool.ProbeMedium(d); state == media.StateFAT || state == media.StateBlank {
 				return formattedSize(d.Size, params)
 			}
 			continue
@@ -32,7 +32,7 @@ func (m *Manager) usbCapacity(free []media.Device, claims map[string]*mediumClai
 		if d.Size <= best {
 			break // a partition is no larger than its device
 		}
-		probe, err := m.probeDevice(d)
+		probe, err := pool.probeDevice(d)
 		if err != nil {
 			continue
 		}

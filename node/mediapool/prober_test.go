@@ -1,4 +1,4 @@
-package node
+package mediapool
 
 import (
 	"bytes"
@@ -27,12 +27,11 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// probeManagers are a Manager that probes in this process and one that probes in prober
-// processes (process mode): the only parts of a Manager the probe uses.
-func probeManagers(cfg mounters.Config) (inProcess, withProber *Manager) {
+// probePools are a pool that probes in this process and one that probes in prober processes
+// (process mode): the only parts of a Pool the probe uses.
+func probePools(cfg mounters.Config) (inProcess, withProber *Pool) {
 	cfg.Mode = mounters.Process
-	here := Config{InProcess: inprocess.Engine{}}
-	return &Manager{cfg: here, prober: prober.New(here.Mounter, here.InProcess)}, &Manager{cfg: Config{Mounter: cfg}, prober: prober.New(cfg, nil)}
+	return &Pool{prober: prober.New(mounters.Config{}, inprocess.Engine{})}, &Pool{prober: prober.New(cfg, nil)}
 }
 
 // probeStick is a stand-in stick of the given size, as the pool sees it.
@@ -68,7 +67,7 @@ func TestProbeInProber(t *testing.T) {
 	runTool(t, "label: dos\nstart=2048, type=c\n", "sfdisk", "--no-reread", "--no-tell-kernel", "-q", mbr.Loop)
 	runTool(t, "", "mkfs.fat", "--offset=2048", mbr.Loop, fmt.Sprint((48<<20-1<<20)/1024))
 	runTool(t, "", "mkfs.ext4", "-q", "-F", ext4.Loop)
-	inProcess, withProber := probeManagers(mounters.Config{})
+	inProcess, withProber := probePools(mounters.Config{})
 	for _, c := range []struct {
 		d            media.Device
 		state, conts string
@@ -86,7 +85,7 @@ func TestProbeInProber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := prober.Run(withProber.cfg.Mounter, f, c.d.Path, c.d.Size, 512)
+		got, err := prober.Run(mounters.Config{Mode: mounters.Process}, f, c.d.Path, c.d.Size, 512)
 		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", c.d.Path, err)
@@ -94,8 +93,8 @@ func TestProbeInProber(t *testing.T) {
 		if g, w := reportFields(got), reportFields(want); g != w {
 			t.Errorf("%s: the prober says\n%s\nlayout.Probe here says\n%s", c.d.Path, g, w)
 		}
-		ws, wc, wr := inProcess.probeMedium(c.d)
-		gs, gc, gr := withProber.probeMedium(c.d)
+		ws, wc, wr := inProcess.ProbeMedium(c.d)
+		gs, gc, gr := withProber.ProbeMedium(c.d)
 		if gs != ws || gc != wc || gr != wr || gs != c.state || gc != c.conts {
 			t.Errorf("%s: pool with a prober: %s, %q, %q; in process: %s, %q, %q; want %s, %q", c.d.Path, gs, gc, gr, ws, wc, wr, c.state, c.conts)
 		}
@@ -107,8 +106,8 @@ func TestProbeInProber(t *testing.T) {
 	if key := prober.DiskSeq(openFile(t, gpt.Loop)); key == 0 || key == prober.DiskSeq(openFile(t, super.Loop)) {
 		t.Errorf("disk sequence numbers %d and %d of two loop devices: want two, not 0", key, prober.DiskSeq(openFile(t, super.Loop)))
 	}
-	ws, wc, wr := inProcess.probeMedium(gptDev)
-	gs, gc, gr := withProber.probeMedium(gptDev)
+	ws, wc, wr := inProcess.ProbeMedium(gptDev)
+	gs, gc, gr := withProber.ProbeMedium(gptDev)
 	cut := strings.TrimSuffix(gr, " (wipe=true formats it)")
 	if gs != ws || gc != wc || gs != media.StateForeign || gc != "partition_table" || len(wr) < 4*protocol.MaxProbeReason ||
 		len(cut) > protocol.MaxProbeReason || !strings.HasSuffix(cut, " …") || !strings.HasPrefix(wr, strings.TrimSuffix(cut, " …")) {
@@ -121,15 +120,15 @@ func TestProbeInProber(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []media.Device{superDev, mbrDev, blankDev} {
-		if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
+		if _, err := withProber.FormatNew(d.Path, params); err != nil {
 			t.Errorf("format %s: %v", d.Path, err)
-		} else if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
+		} else if state, content, _ := withProber.ProbeMedium(d); state != media.StateFAT || content != "superfloppy" {
 			t.Errorf("%s after the format: %s, %s; want fat, superfloppy", d.Path, state, content)
 		}
 		runTool(t, "", "fsck.fat", "-n", d.Path)
 	}
-	_, err = withProber.formatNewDevice(ext4Dev.Path, params)
-	_, _, reason := inProcess.probeMedium(ext4Dev)
+	_, err = withProber.FormatNew(ext4Dev.Path, params)
+	_, _, reason := inProcess.ProbeMedium(ext4Dev)
 	if want := reason[:strings.Index(reason, " (")]; err == nil || !strings.Contains(err.Error(), "not formatted: "+want) {
 		t.Errorf("format of the ext4 stick: %v; want not formatted: %s", err, want)
 	}
@@ -225,7 +224,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 	// Long enough for the prober (the race-built test binary, under load) to start and name
 	// itself, which its checks look for, before the limit kills it.
 	const timeout = 4 * time.Second
-	_, withProber := probeManagers(mounters.Config{ProbeTimeout: timeout})
+	_, withProber := probePools(mounters.Config{ProbeTimeout: timeout})
 	check := func(t *testing.T, pid int) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
@@ -276,7 +275,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		start := time.Now()
 		go func() {
 			var v verdict
-			v.state, v.content, v.reason = withProber.probeMedium(d)
+			v.state, v.content, v.reason = withProber.ProbeMedium(d)
 			done <- v
 		}()
 		pid := proberPID(t)
@@ -298,7 +297,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 		withProber.prober.Forget(d.Path) // the look before is still fresh
 		done := make(chan string, 3)
 		look := func() {
-			state, _, reason := withProber.probeMedium(d)
+			state, _, reason := withProber.ProbeMedium(d)
 			done <- state + ": " + reason
 		}
 		go look()
@@ -321,7 +320,7 @@ func TestProberUnprivilegedAndKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
-		go func() { _, err := withProber.formatNewDevice(d.Path, params); done <- err }()
+		go func() { _, err := withProber.FormatNew(d.Path, params); done <- err }()
 		check(t, proberPID(t))
 		// The claim is this process's: another exclusive open is refused meanwhile.
 		if dev, err := blockdev.Open(d.Path, false); err == nil {
@@ -386,8 +385,8 @@ func TestProberMemoryBound(t *testing.T) {
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "ALLOC01")
 	t.Setenv(protocol.FaultEnv, "probe-alloc:"+stick.Loop)
-	_, withProber := probeManagers(mounters.Config{ProbeTimeout: time.Minute})
-	state, _, reason := withProber.probeMedium(d)
+	_, withProber := probePools(mounters.Config{ProbeTimeout: time.Minute})
+	state, _, reason := withProber.ProbeMedium(d)
 	// Go's runtime says "out of memory"; under the race detector (test/run) ThreadSanitizer's
 	// allocator meets the bound first and says it could not allocate (errno 12, ENOMEM).
 	bounded := strings.Contains(reason, "out of memory") ||
@@ -405,27 +404,27 @@ func TestProberCache(t *testing.T) {
 	testenv.RequireTool(t, "mkfs.fat")
 	fake := usbtest.New(t)
 	stick, d := probeStick(t, fake, 32<<20, "CACHE01")
-	_, withProber := probeManagers(mounters.Config{})
-	if state, _, _ := withProber.probeMedium(d); state != media.StateBlank {
+	_, withProber := probePools(mounters.Config{})
+	if state, _, _ := withProber.ProbeMedium(d); state != media.StateBlank {
 		t.Fatalf("a new stick: %s, want blank", state)
 	}
 	looked := time.Now()
 	runTool(t, "", "mkfs.fat", stick.Loop)
-	if state, _, _ := withProber.probeMedium(d); state != media.StateBlank && time.Since(looked) < prober.CacheTTL {
+	if state, _, _ := withProber.ProbeMedium(d); state != media.StateBlank && time.Since(looked) < prober.CacheTTL {
 		t.Errorf("looked anew within %v: %s, want the blank of the look before", prober.CacheTTL, state)
 	}
 	other := d
 	other.Size -= 1 << 20
-	if state, content, _ := withProber.probeMedium(other); state != media.StateFAT || content != "superfloppy" {
+	if state, content, _ := withProber.ProbeMedium(other); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("another size: %s, %s; want a new look: fat, superfloppy", state, content)
 	}
 	time.Sleep(prober.CacheTTL)
-	if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
+	if state, content, _ := withProber.ProbeMedium(d); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("after %v: %s, %s; want fat, superfloppy", prober.CacheTTL, state, content)
 	}
 	// Wiped behind the pool's back, then formatted by it: the format is seen at once.
 	runTool(t, "", "dd", "if=/dev/zero", "of="+stick.Loop, "bs=64k", "count=1", "conv=fsync", "status=none")
-	if state, _, _ := withProber.probeMedium(d); state != media.StateFAT {
+	if state, _, _ := withProber.ProbeMedium(d); state != media.StateFAT {
 		t.Fatalf("within %v of the last look: %s, want fat", prober.CacheTTL, state)
 	}
 	params, err := volume.ParseParams(map[string]string{volume.ParamPool: volume.PoolUSB, volume.ParamWipe: "true", volume.ParamLabel: "FRESH"})
@@ -433,10 +432,10 @@ func TestProberCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	runTool(t, "", "mkfs.ext4", "-q", "-F", stick.Loop)
-	if _, err := withProber.formatNewDevice(d.Path, params); err != nil {
+	if _, err := withProber.FormatNew(d.Path, params); err != nil {
 		t.Fatal(err)
 	}
-	if state, content, _ := withProber.probeMedium(d); state != media.StateFAT || content != "superfloppy" {
+	if state, content, _ := withProber.ProbeMedium(d); state != media.StateFAT || content != "superfloppy" {
 		t.Errorf("right after the pool's format: %s, %s; want fat, superfloppy", state, content)
 	}
 	if out, _ := exec.Command("fatlabel", stick.Loop).Output(); strings.TrimSpace(string(out)) != "FRESH" {
@@ -506,8 +505,8 @@ func TestHostileProber(t *testing.T) {
 		{"writes without end", "yes", "did not answer within"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, c.body), ProbeTimeout: 2 * time.Second})
-			state, content, reason := withProber.probeMedium(d)
+			_, withProber := probePools(mounters.Config{ProbeCommand: hostileProber(t, c.body), ProbeTimeout: 2 * time.Second})
+			state, content, reason := withProber.ProbeMedium(d)
 			if state != media.StateUnreadable || content != "" || !strings.Contains(reason, c.want) {
 				t.Errorf("%s, %q, %q; want unreadable for %q", state, content, reason, c.want)
 			}
@@ -518,16 +517,16 @@ func TestHostileProber(t *testing.T) {
 	}
 	t.Run("well-formed", func(t *testing.T) {
 		long := strings.Repeat("é", 3000)
-		_, withProber := probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":false,"table":"unknown","whole":"ntfs","reason":"it holds NTFS\u0007\n`+long+`"}`))})
-		state, content, reason := withProber.probeMedium(d)
+		_, withProber := probePools(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":false,"table":"unknown","whole":"ntfs","reason":"it holds NTFS\u0007\n`+long+`"}`))})
+		state, content, reason := withProber.ProbeMedium(d)
 		if state != media.StateForeign || content != layout.TypeNTFS || !strings.HasPrefix(reason, "it holds NTFS  éé") {
 			t.Errorf("%s, %q, %.40q; want foreign, ntfs, the reason cleaned", state, content, reason)
 		}
 		if r := []byte(reason); bytes.ContainsAny(r, "\a\n") || len(r) > protocol.MaxProbeReason+100 {
 			t.Errorf("reason not cleaned or cut: %d bytes", len(r))
 		}
-		_, withProber = probeManagers(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
-		if state, content, reason := withProber.probeMedium(d); state != media.StateFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
+		_, withProber = probePools(mounters.Config{ProbeCommand: hostileProber(t, answer(`{"usable":true,"table":"MBR","fat":{"number":1,"start":1048576,"size":2097152},"partitions":[{"number":1,"start":1048576,"size":2097152,"mbrType":12,"signature":"vfat"},{"number":2,"start":4194304,"size":1048576,"mbrType":131,"signature":"ext4"}]}`))})
+		if state, content, reason := withProber.ProbeMedium(d); state != media.StateFAT || content != "partition" || !strings.Contains(reason, "partition 1 (2097152 bytes at 1048576)") {
 			t.Errorf("%s, %q, %q; want fat in partition 1", state, content, reason)
 		}
 	})

@@ -1,4 +1,4 @@
-package node
+package mediapool
 
 import (
 	"fmt"
@@ -22,24 +22,22 @@ import (
 // Claims: a medium claimed whole takes no other volume; a medium one of whose partitions is
 // claimed is never formatted nor wiped whole, and each partition is claimed once.
 
-// mediumClaims are the volumes that hold a medium: the whole of it, or some of its partitions.
-type mediumClaims struct {
+// Claims are the volumes that hold a medium: the whole of it, or some of its partitions.
+type Claims struct {
 	Whole      string            // the volume that claims the whole medium, or ""
 	Partitions map[string]string // partition ID -> volume ID
 }
 
 // claimedMedia lists the claims of every medium a volume holds, by device ID.
-func (m *Manager) claimedMedia() map[string]*mediumClaims {
-	out := map[string]*mediumClaims{}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, v := range m.state.Volumes {
+func (pool *Pool) claimedMedia() map[string]*Claims {
+	out := map[string]*Claims{}
+	for _, v := range pool.volumes() {
 		if v.Device == "" {
 			continue
 		}
 		c := out[v.Device]
 		if c == nil {
-			c = &mediumClaims{Partitions: map[string]string{}}
+			c = &Claims{Partitions: map[string]string{}}
 			out[v.Device] = c
 		}
 		if v.Partition == "" {
@@ -51,28 +49,16 @@ func (m *Manager) claimedMedia() map[string]*mediumClaims {
 	return out
 }
 
-// stagedOn tells whether a volume on the device (any of its partitions) is staged.
-func (m *Manager) stagedOn(device string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name := range m.state.Staged {
-		if v := m.state.Volumes[name]; v != nil && v.Device == device {
-			return true
-		}
-	}
-	return false
-}
-
 // partitionVolume is the volume that claims partition p, or "".
-func (c *mediumClaims) partitionVolume(p layout.Partition) string {
+func (c *Claims) partitionVolume(p layout.Partition) string {
 	if c == nil {
 		return ""
 	}
 	return c.Partitions[strings.ToUpper(p.ID())]
 }
 
-// volumes lists the volumes that hold part of the medium, for messages.
-func (c *mediumClaims) volumes() string {
+// Volumes lists the volumes that hold part of the medium, for messages.
+func (c *Claims) Volumes() string {
 	var vs []string
 	for id, v := range c.Partitions {
 		vs = append(vs, fmt.Sprintf("partition %s by %s", id, v))
@@ -81,18 +67,18 @@ func (c *mediumClaims) volumes() string {
 	return strings.Join(vs, ", ")
 }
 
-// wipePartition leaves a fresh empty file system in the partition id of the device at path, and
+// WipePartition leaves a fresh empty file system in the partition id of the device at path, and
 // writes nothing outside it: the table, its entry (the type byte included) and the other
 // partitions stay as they are. The device is claimed (O_EXCL) from the look at its table to the
 // end of the format.
-func (m *Manager) wipePartition(path, id string, params volume.Params) error {
+func (pool *Pool) WipePartition(path, id string, params volume.Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	defer m.prober.Forget(path)
-	probe, err := m.prober.ForFormat(dev)
+	defer pool.prober.Forget(path)
+	probe, err := pool.prober.ForFormat(dev)
 	if err != nil {
 		return err
 	}

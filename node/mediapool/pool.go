@@ -1,4 +1,4 @@
-package node
+package mediapool
 
 import (
 	"errors"
@@ -16,15 +16,15 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// freeUSB lists the devices a new volume may claim, or a partition of: allowed by the lists, not
+// Free lists the devices a new volume may claim, or a partition of: allowed by the lists, not
 // used by the host, not claimed whole by another volume; smallest first. claims are the
 // volumes that hold partitions of them (and of other devices).
-func (m *Manager) freeUSB() (free []media.Device, claims map[string]*mediumClaims, skipped []string, err error) {
-	devs, err := m.usb.Scan(true)
+func (pool *Pool) Free() (free []media.Device, claims map[string]*Claims, skipped []string, err error) {
+	devs, err := pool.cfg.Scan(true)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	claims = m.claimedMedia()
+	claims = pool.claimedMedia()
 	for _, d := range devs {
 		switch {
 		case claims[d.ID] != nil && claims[d.ID].Whole != "":
@@ -37,24 +37,24 @@ func (m *Manager) freeUSB() (free []media.Device, claims map[string]*mediumClaim
 	return free, claims, skipped, nil
 }
 
-// usbClaim is what a new volume of the removable-media pool takes: a device whole (partition
+// Claim is what a new volume of the removable-media pool takes: a device whole (partition
 // "") or one partition of it, and the volume's size, the partition's when the file system is in
 // one.
-type usbClaim struct {
-	dev       media.Device
-	partition string
-	size      int64
-	label     string // an adopted file system's label (discovery mode labels its PV with it)
+type Claim struct {
+	Dev       media.Device
+	Partition string
+	Size      int64
+	Label     string // an adopted file system's label (discovery mode labels its PV with it)
 }
 
-// claimUSB picks the smallest free device (or, adopting, the first free FAT partition of the
+// ClaimFor picks the smallest free device (or, adopting, the first free FAT partition of the
 // smallest device) whose size lies in [required, limit] and prepares it: with adopt its file
-// system is checked and kept, else the device is formatted. The caller holds m.provision, so no
+// system is checked and kept, else the device is formatted. The caller serializes claims (node.Manager.provision), so no
 // two volumes claim one device or partition.
-func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClaim, error) {
-	free, claims, skipped, err := m.freeUSB()
+func (pool *Pool) ClaimFor(required, limit int64, params volume.Params) (Claim, error) {
+	free, claims, skipped, err := pool.Free()
 	if err != nil {
-		return usbClaim{}, status.Error(codes.Internal, err.Error())
+		return Claim{}, status.Error(codes.Internal, err.Error())
 	}
 	var why []string
 	fits := func(size int64) bool { return size >= required && (limit == 0 || size <= limit) }
@@ -64,7 +64,7 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 			continue
 		}
 		if params.Adopt {
-			c, reasons := m.adoptUSB(d, claims[d.ID], fits, params)
+			c, reasons := pool.Adopt(d, claims[d.ID], fits, params)
 			if c != nil {
 				return *c, nil
 			}
@@ -72,7 +72,7 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 			continue
 		}
 		if c := claims[d.ID]; c != nil {
-			why = append(why, fmt.Sprintf("%s: not formatted: volumes hold its partitions (%s)", d.ID, c.volumes()))
+			why = append(why, fmt.Sprintf("%s: not formatted: volumes hold its partitions (%s)", d.ID, c.Volumes()))
 			continue
 		}
 		if size := formattedSize(d.Size, params); !fits(size) {
@@ -80,7 +80,7 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 			continue
 		}
 		var foreign *foreignError
-		part, err := m.formatNewDevice(d.Path, params)
+		part, err := pool.FormatNew(d.Path, params)
 		if errors.Is(err, blockdev.ErrInUse) {
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err)) // another writer has it: try the next
 			continue
@@ -89,25 +89,25 @@ func (m *Manager) claimUSB(required, limit int64, params volume.Params) (usbClai
 			why = append(why, fmt.Sprintf("%s: %v", d.ID, err))
 			continue
 		} else if err != nil {
-			return usbClaim{}, status.Errorf(codes.Internal, "format removable medium %s (%s): %v", d.ID, d.Path, err)
+			return Claim{}, status.Errorf(codes.Internal, "format removable medium %s (%s): %v", d.ID, d.Path, err)
 		}
 		// The whole device is claimed; the volume's size is its file system's: the one
 		// partition's with layout=mbr.
-		return usbClaim{dev: d, size: part.Size}, nil
+		return Claim{Dev: d, Size: part.Size}, nil
 	}
 	why = append(why, skipped...)
 	if len(why) == 0 {
 		why = []string{"no free removable medium is attached"}
 	}
-	return usbClaim{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", media.ErrNoDevice, required, limit, strings.Join(why, "; "))
+	return Claim{}, status.Errorf(codes.ResourceExhausted, "%v for %d..%d bytes: %s", media.ErrNoDevice, required, limit, strings.Join(why, "; "))
 }
 
-// adoptUSB finds what a volume adopting a file system may take on device d: the device whole when
+// Adopt finds what a volume adopting a file system may take on device d: the device whole when
 // it is a superfloppy (or unclaimed and holding no table: the check says what is wrong), else the
 // first FAT partition that no volume claims, that the partition parameter names, whose size fits
 // and whose file system is whole. It returns nil and the reasons when there is none.
-func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64) bool, params volume.Params) (*usbClaim, []string) {
-	probe, err := m.probeDevice(d)
+func (pool *Pool) Adopt(d media.Device, claims *Claims, fits func(int64) bool, params volume.Params) (*Claim, []string) {
+	probe, err := pool.probeDevice(d)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
 	}
@@ -116,20 +116,20 @@ func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64
 		switch {
 		case claims != nil:
 			// Volumes hold partitions of a table that is gone: leave the device alone.
-			return nil, []string{fmt.Sprintf("%s: volumes hold its partitions (%s), but it has no partition table now", d.ID, claims.volumes())}
+			return nil, []string{fmt.Sprintf("%s: volumes hold its partitions (%s), but it has no partition table now", d.ID, claims.Volumes())}
 		case params.Partition != "":
 			return nil, []string{fmt.Sprintf("%s: %s=%s, but it has no partition table (%s)", d.ID, volume.ParamPartition, params.Partition, probeSummary(probe))}
 		case !fits(d.Size):
 			return nil, []string{fmt.Sprintf("%s: %d bytes", d.ID, d.Size)}
 		}
-		label, err := m.checkAdoptable(d, "")
+		label, err := pool.check(d, "")
 		if err != nil {
 			return nil, []string{fmt.Sprintf("%s: not adoptable: %v", d.ID, err)}
 		}
 		if miss := params.Selection.LabelMismatch(label); miss != "" {
 			return nil, []string{fmt.Sprintf("%s: %s", d.ID, miss)}
 		}
-		return &usbClaim{dev: d, size: d.Size, label: label}, nil
+		return &Claim{Dev: d, Size: d.Size, Label: label}, nil
 	}
 	if len(probe.FATPartitions) == 0 {
 		return nil, []string{fmt.Sprintf("%s: not adoptable: %s", d.ID, probeSummary(probe))}
@@ -148,7 +148,7 @@ func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64
 			why = append(why, fmt.Sprintf("%s: %d bytes", name, p.Size))
 			continue
 		}
-		label, err := m.checkAdoptable(d, p.ID())
+		label, err := pool.check(d, p.ID())
 		if err != nil {
 			why = append(why, fmt.Sprintf("%s: not adoptable: %v", name, err))
 			continue
@@ -157,7 +157,7 @@ func (m *Manager) adoptUSB(d media.Device, claims *mediumClaims, fits func(int64
 			why = append(why, fmt.Sprintf("%s: %s", name, miss))
 			continue
 		}
-		return &usbClaim{dev: d, partition: p.ID(), size: p.Size, label: label}, nil
+		return &Claim{Dev: d, Partition: p.ID(), Size: p.Size, Label: label}, nil
 	}
 	return nil, why
 }
@@ -171,13 +171,13 @@ func probeSummary(p *prober.Result) string {
 }
 
 // probeDevice reads what a device holds without claiming it (prober.Look).
-func (m *Manager) probeDevice(d media.Device) (*prober.Result, error) {
+func (pool *Pool) probeDevice(d media.Device) (*prober.Result, error) {
 	f, err := openRawMedium(d)
 	if err != nil {
 		return nil, err
 	}
 	defer f.File.Close()
-	return m.prober.Look(f, d)
+	return pool.prober.Look(f, d)
 }
 
 // formattedSize is the size of the file system a format with these parameters leaves on a
@@ -190,9 +190,9 @@ func formattedSize(size int64, params volume.Params) int64 {
 	return size
 }
 
-// formatDevice writes a fresh empty file system on the device (over the whole of it, or in an
+// Format writes a fresh empty file system on the device (over the whole of it, or in an
 // MBR's one partition with layout=mbr), claimed (O_EXCL) while it does.
-func formatDevice(path string, params volume.Params) error {
+func Format(path string, params volume.Params) error {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return err
@@ -210,17 +210,17 @@ func (e *foreignError) Error() string {
 	return fmt.Sprintf("not formatted: %s (%s=true formats it)", e.reason, volume.ParamWipe)
 }
 
-// formatNewDevice formats a free device for a new volume, claimed (O_EXCL) from the look at
+// FormatNew formats a free device for a new volume, claimed (O_EXCL) from the look at
 // what it holds to the end of the format: a FAT one or a blank one, and anything with wipe=true;
 // else a *foreignError and nothing written.
-func (m *Manager) formatNewDevice(path string, params volume.Params) (layout.Partition, error) {
+func (pool *Pool) FormatNew(path string, params volume.Params) (layout.Partition, error) {
 	dev, err := blockdev.Open(path, false)
 	if err != nil {
 		return layout.Partition{}, err
 	}
-	defer m.prober.Forget(path)
+	defer pool.prober.Forget(path)
 	if !params.Wipe {
-		r, err := m.prober.ForFormat(dev)
+		r, err := pool.prober.ForFormat(dev)
 		if err == nil && !r.Usable && !r.Blank {
 			err = &foreignError{reason: r.Reason}
 		}
