@@ -58,10 +58,10 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		return volume.Record{}, err
 	}
 	defer unlock()
-	m.mu.Lock()
-	existing, exists := m.state.Volumes[name]
-	count := len(m.state.Volumes)
-	m.mu.Unlock()
+	m.store.Lock()
+	existing, exists := m.store.Volumes[name]
+	count := len(m.store.Volumes)
+	m.store.Unlock()
 	if exists {
 		switch {
 		case existing.Ephemeral:
@@ -159,11 +159,11 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		Created: time.Now().UTC(),
 		Source:  src.ID(),
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.state.Volumes[name] = &rec
+	m.store.Lock()
+	defer m.store.Unlock()
+	m.store.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
-		delete(m.state.Volumes, name)
+		delete(m.store.Volumes, name)
 		m.images.Remove(name)
 		return volume.Record{}, err
 	}
@@ -230,11 +230,11 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 			Device:  d.ID,
 			Source:  src.ID(),
 		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.state.Volumes[name] = &rec
+		m.store.Lock()
+		defer m.store.Unlock()
+		m.store.Volumes[name] = &rec
 		if err := m.saveLocked(); err != nil {
-			delete(m.state.Volumes, name)
+			delete(m.store.Volumes, name)
 			return volume.Record{}, err
 		}
 		klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "device", d.ID, "size", rec.Size, "written", how.Written, "held", how.held)

@@ -51,9 +51,9 @@ func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (cop
 	if err != nil {
 		return copied{}, err
 	}
-	m.mu.Lock()
+	m.store.Lock()
 	sv := m.served[rec.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	var out copied
 	if sv != nil && !sv.gone() {
 		// The server holds the claim: read beside it, through the same page cache.

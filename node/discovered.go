@@ -15,10 +15,10 @@ import (
 
 // DiscoveredVolumes are the node's volumes discovery mode made: named after their device.
 func (m *Manager) DiscoveredVolumes() []volume.Record {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.store.Lock()
+	defer m.store.Unlock()
 	var out []volume.Record
-	for _, v := range m.state.Volumes {
+	for _, v := range m.store.Volumes {
 		if v.Device != "" && !v.Ephemeral && v.Name == discovery.VolumeName(m.cfg.NodeID, discovery.UnitKey(v.Device, v.Partition)) {
 			out = append(out, *v)
 		}

@@ -57,9 +57,9 @@ func isEphemeral(volumeContext map[string]string) bool {
 // ephemeralVolume finds the inline volume of a CO's volume ID.
 func (m *Manager) ephemeralVolume(volumeID string) (volume.Record, bool) {
 	name := ephemeralName(volumeID)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.state.Volumes[name]
+	m.store.Lock()
+	defer m.store.Unlock()
+	v, ok := m.store.Volumes[name]
 	if !ok || !v.Ephemeral || v.ID != volumeID {
 		return volume.Record{}, false
 	}
@@ -141,17 +141,17 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 		return nil, err
 	}
 
-	m.mu.Lock()
-	existing := m.state.Volumes[name]
+	m.store.Lock()
+	existing := m.store.Volumes[name]
 	var rec volume.Record
 	if existing != nil {
 		rec = *existing
 	}
-	st := m.state.Staged[name]
-	pub := m.state.Published[target]
-	others := m.state.TargetsOf(name)
+	st := m.store.Staged[name]
+	pub := m.store.Published[target]
+	others := m.store.TargetsOf(name)
 	sv := m.served[name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if existing != nil && (!rec.Ephemeral || rec.ID != volumeID) {
 		return nil, status.Errorf(codes.AlreadyExists, "inline ephemeral volume %s: its name %s is taken by volume %s", volumeID, name, rec.ID)
 	}
@@ -216,9 +216,9 @@ func (s *Service) serveEphemeral(rec volume.Record, want, st *volume.StageRecord
 func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume.Params) (volume.Record, error) {
 	m.provision.Lock()
 	defer m.provision.Unlock()
-	m.mu.Lock()
-	count := len(m.state.Volumes)
-	m.mu.Unlock()
+	m.store.Lock()
+	count := len(m.store.Volumes)
+	m.store.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
 		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "inline ephemeral volume %s: node %s has %d volumes, its maximum", volumeID, m.cfg.NodeID, count)
 	}
@@ -235,11 +235,11 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume
 		return volume.Record{}, status.Errorf(codes.Internal, "inline ephemeral volume %s: %v", volumeID, err)
 	}
 	rec := volume.Record{ID: volumeID, Name: name, Size: size, Params: params, Created: time.Now().UTC(), Ephemeral: true}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.state.Volumes[name] = &rec
+	m.store.Lock()
+	defer m.store.Unlock()
+	m.store.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
-		delete(m.state.Volumes, name)
+		delete(m.store.Volumes, name)
 		m.images.Remove(name)
 		return volume.Record{}, err
 	}
@@ -260,10 +260,10 @@ func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublis
 	}
 	defer unlock()
 	rec, ok := m.ephemeralVolume(volumeID)
-	m.mu.Lock()
-	pub := m.state.Published[target]
+	m.store.Lock()
+	pub := m.store.Published[target]
 	sv := m.served[name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if !ok {
 		if _, err := os.Lstat(target); pub != nil || errors.Is(err, os.ErrNotExist) {
 			return nil, status.Errorf(codes.NotFound, "volume %q does not exist", volumeID)
@@ -279,9 +279,9 @@ func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublis
 	if err := m.unbind(rec.ID, target, pub, sv); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	left := m.state.TargetsOf(rec.Name)
-	m.mu.Unlock()
+	m.store.Lock()
+	left := m.store.TargetsOf(rec.Name)
+	m.store.Unlock()
 	if len(left) > 0 {
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
@@ -296,9 +296,9 @@ func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublis
 // staging directory, its image and its records. The caller holds the volume's lock.
 func (m *Manager) removeEphemeral(rec volume.Record) error {
 	staging := m.ephemeralStaging(rec.Name)
-	m.mu.Lock()
+	m.store.Lock()
 	sv := m.served[rec.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if sv != nil {
 		if err := sv.stop(); err != nil && !sv.gone() {
 			return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
@@ -310,11 +310,11 @@ func (m *Manager) removeEphemeral(rec volume.Record) error {
 	if err := os.Remove(staging); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
 	}
-	m.mu.Lock()
+	m.store.Lock()
 	delete(m.served, rec.Name)
-	delete(m.state.Staged, rec.Name)
+	delete(m.store.Staged, rec.Name)
 	err := m.saveLocked()
-	m.mu.Unlock()
+	m.store.Unlock()
 	if err != nil {
 		return err
 	}
@@ -323,9 +323,9 @@ func (m *Manager) removeEphemeral(rec volume.Record) error {
 	if err := m.images.Remove(rec.Name); err != nil {
 		return status.Errorf(codes.Internal, "remove inline ephemeral volume %s: %v", rec.ID, err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.state.Volumes, rec.Name)
+	m.store.Lock()
+	defer m.store.Unlock()
+	delete(m.store.Volumes, rec.Name)
 	return m.saveLocked()
 }
 
@@ -333,14 +333,14 @@ func (m *Manager) removeEphemeral(rec volume.Record) error {
 // between making one and binding it, or between unbinding and removing it, leaves them. Call it
 // after Restore; kubelet's retried NodePublishVolume makes a missing one afresh.
 func (m *Manager) RemoveOrphanedEphemeral() {
-	m.mu.Lock()
+	m.store.Lock()
 	var orphans []volume.Record
-	for _, v := range m.state.Volumes {
-		if v.Ephemeral && len(m.state.TargetsOf(v.Name)) == 0 {
+	for _, v := range m.store.Volumes {
+		if v.Ephemeral && len(m.store.TargetsOf(v.Name)) == 0 {
 			orphans = append(orphans, *v)
 		}
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	for _, rec := range orphans {
 		unlock, err := m.lock(rec.Name, "RemoveOrphanedEphemeral")
 		if err != nil {

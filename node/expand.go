@@ -70,9 +70,9 @@ func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, l
 	if err := imagepool.GrowFile(m.images.Path(rec.Name), size); err != nil {
 		return 0, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v := m.state.Volumes[id.Name]
+	m.store.Lock()
+	defer m.store.Unlock()
+	v := m.store.Volumes[id.Name]
 	old := v.Size
 	v.Size = size
 	if err := m.saveLocked(); err != nil {
@@ -120,11 +120,11 @@ func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, r
 	}
 	defer unlock()
 	path := filepath.Clean(volumePath)
-	m.mu.Lock()
-	st := m.state.Staged[rec.Name]
-	pub := m.state.Published[path]
+	m.store.Lock()
+	st := m.store.Staged[rec.Name]
+	pub := m.store.Published[path]
 	sv := m.served[rec.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if (st == nil || st.Path != path) && (pub == nil || pub.Name != rec.Name) {
 		return 0, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", rec.ID, path)
 	}
@@ -147,9 +147,9 @@ func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, r
 	case err != nil:
 		return 0, status.Errorf(codes.Internal, "grow the file system of volume %s: %v", rec.ID, err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if st := m.state.Staged[rec.Name]; st != nil && (grew || st.Size != 0) && st.Size != n {
+	m.store.Lock()
+	defer m.store.Unlock()
+	if st := m.store.Staged[rec.Name]; st != nil && (grew || st.Size != 0) && st.Size != n {
 		st.Size = n
 		if err := m.saveLocked(); err != nil {
 			return 0, err

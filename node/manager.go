@@ -51,12 +51,11 @@ type Config struct {
 // the FUSE servers of the staged ones. Its methods answer with gRPC status errors, since
 // both CSI services call them.
 type Manager struct {
-	cfg       Config
-	statePath string
-	images    imagepool.Pool
-	usb       *media.Config
-	mounts    *hostmount.Table
-	locks     *volume.Locks
+	cfg    Config
+	images imagepool.Pool
+	usb    *media.Config
+	mounts *hostmount.Table
+	locks  *volume.Locks
 	// provision serializes choosing where a new volume goes with making it, so two creates
 	// cannot both count on the same free space or claim the same device.
 	provision sync.Mutex
@@ -68,8 +67,8 @@ type Manager struct {
 	// media is the removable-media pool; nil when it is off.
 	media *mediapool.Pool
 
-	mu     sync.Mutex // guards state and served
-	state  *volume.State
+	// store holds the node's records; its mutex guards served too.
+	store  *volume.Store
 	served map[string]*servedVolume // by volume name
 }
 
@@ -102,15 +101,14 @@ func NewManager(cfg Config) (*Manager, error) {
 		}
 	}
 	m := &Manager{
-		cfg:       cfg,
-		statePath: filepath.Join(cfg.StateDir, volume.StateFile),
-		images:    imagepool.Pool{Dir: cfg.PoolDir, Reserve: cfg.Reserve},
-		usb:       cfg.USB,
-		mounts:    hostmount.NewTable(),
-		locks:     volume.NewLocks(),
-		launcher:  mounters.NewLauncher(cfg.Mounter, cfg.StateDir, cfg.NodeID, cfg.PoolDir),
-		prober:    prober.New(cfg.Mounter, cfg.InProcess),
-		served:    map[string]*servedVolume{},
+		cfg:      cfg,
+		images:   imagepool.Pool{Dir: cfg.PoolDir, Reserve: cfg.Reserve},
+		usb:      cfg.USB,
+		mounts:   hostmount.NewTable(),
+		locks:    volume.NewLocks(),
+		launcher: mounters.NewLauncher(cfg.Mounter, cfg.StateDir, cfg.NodeID, cfg.PoolDir),
+		prober:   prober.New(cfg.Mounter, cfg.InProcess),
+		served:   map[string]*servedVolume{},
 	}
 	if cfg.USB != nil {
 		m.media = mediapool.New(cfg.USB, m.prober, m.checkAdoptable, m.volumeRecords)
@@ -118,11 +116,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := m.images.RemoveLeftovers(); err != nil {
 		return nil, err
 	}
-	st, err := volume.LoadState(m.statePath)
+	store, err := volume.OpenStore(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	m.state = st
+	m.store = store
 	if err := m.dropUnfinishedSnapshots(); err != nil {
 		return nil, err
 	}
@@ -155,9 +153,9 @@ func (m *Manager) lock(name, op string) (func(), error) {
 	return func() { m.locks.Unlock(name) }, nil
 }
 
-// saveLocked writes the state; the caller holds m.mu.
+// saveLocked writes the state; the caller holds m.store.
 func (m *Manager) saveLocked() error {
-	if err := m.state.Save(m.statePath); err != nil {
+	if err := m.store.SaveLocked(); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	return nil
@@ -183,9 +181,9 @@ func (m *Manager) ownID(volumeID string) (volume.ID, error) {
 
 // record returns a copy of the volume's record, or NotFound.
 func (m *Manager) record(id volume.ID) (volume.Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	v, ok := m.state.Volumes[id.Name]
+	m.store.Lock()
+	defer m.store.Unlock()
+	v, ok := m.store.Volumes[id.Name]
 	if !ok || v.ID != id.String() {
 		return volume.Record{}, status.Errorf(codes.NotFound, "volume %s does not exist", id)
 	}
@@ -223,10 +221,10 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 	}
 	defer unlock()
 
-	m.mu.Lock()
-	existing, exists := m.state.Volumes[name]
-	count := len(m.state.Volumes)
-	m.mu.Unlock()
+	m.store.Lock()
+	existing, exists := m.store.Volumes[name]
+	count := len(m.store.Volumes)
+	m.store.Unlock()
 	if exists {
 		switch {
 		case existing.Ephemeral:
@@ -283,11 +281,11 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 		rec.Size, rec.Device, rec.Partition = c.Size, c.Dev.ID, c.Partition
 	}
 
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.state.Volumes[name] = &rec
+	m.store.Lock()
+	defer m.store.Unlock()
+	m.store.Volumes[name] = &rec
 	if err := m.saveLocked(); err != nil {
-		delete(m.state.Volumes, name)
+		delete(m.store.Volumes, name)
 		if rec.Device == "" {
 			m.images.Remove(name)
 		}
@@ -323,9 +321,9 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 	if status.Code(err) == codes.NotFound {
 		return nil
 	}
-	m.mu.Lock()
-	staged := m.state.Staged[id.Name]
-	m.mu.Unlock()
+	m.store.Lock()
+	staged := m.store.Staged[id.Name]
+	m.store.Unlock()
 	if staged != nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s; unstage it first", volumeID, staged.Path)
 	}
@@ -341,9 +339,9 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 			}
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.state.Volumes, id.Name)
+	m.store.Lock()
+	defer m.store.Unlock()
+	delete(m.store.Volumes, id.Name)
 	if err := m.saveLocked(); err != nil {
 		return err
 	}
@@ -382,9 +380,9 @@ func (m *Manager) wipeUSB(rec volume.Record) error {
 // for the image pool the free space of its file system less the reserve and less what the
 // images already made may still fill; for the USB pool the largest free device.
 func (m *Manager) Capacity(params volume.Params) (int64, error) {
-	m.mu.Lock()
-	count := len(m.state.Volumes)
-	m.mu.Unlock()
+	m.store.Lock()
+	count := len(m.store.Volumes)
+	m.store.Unlock()
 	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
 		return 0, nil
 	}
@@ -413,14 +411,14 @@ func (m *Manager) imageCapacity() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m.mu.Lock()
+	m.store.Lock()
 	var promised int64
-	for _, v := range m.state.Volumes {
+	for _, v := range m.store.Volumes {
 		if v.Device == "" {
 			promised += m.images.Unwritten(v.Name, v.Size)
 		}
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	return min(max(free-promised-m.images.Reserve, 0), volume.MaxImageSize), nil
 }
 
@@ -450,12 +448,12 @@ func (m *Manager) devicePath(rec volume.Record) (string, error) {
 // The mounts stay: those this process serves end with it and Restore serves them again; those
 // mounter processes serve live on and Restore adopts them.
 func (m *Manager) Shutdown() {
-	m.mu.Lock()
+	m.store.Lock()
 	served := make([]*servedVolume, 0, len(m.served))
 	for _, sv := range m.served {
 		served = append(served, sv)
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	for _, sv := range served {
 		if sv.gone() {
 			continue
@@ -470,14 +468,14 @@ func (m *Manager) Shutdown() {
 // staged: every published target is unmounted (lazily if busy) and every served volume
 // unmounted and closed, writing it back. The records stay, so a new run would restore them.
 func (m *Manager) Release() {
-	m.mu.Lock()
-	targets := make([]string, 0, len(m.state.Published))
-	for t := range m.state.Published {
+	m.store.Lock()
+	targets := make([]string, 0, len(m.store.Published))
+	for t := range m.store.Published {
 		targets = append(targets, t)
 	}
 	served := m.served
 	m.served = map[string]*servedVolume{}
-	m.mu.Unlock()
+	m.store.Unlock()
 	for _, t := range targets {
 		if err := m.mounts.Unmount(t); err != nil {
 			m.mounts.DetachAll(t)
@@ -511,13 +509,13 @@ func (m *Manager) Release() {
 // after the name after ("" for the start), at most limit of them (0 for all), and whether more
 // follow. Ephemeral inline volumes belong to their pods, not to the controller, and are left out.
 func (m *Manager) ListVolumes(after string, limit int) (recs []volume.Record, more bool) {
-	m.mu.Lock()
-	for _, v := range m.state.Volumes {
+	m.store.Lock()
+	for _, v := range m.store.Volumes {
 		if !v.Ephemeral && v.Name > after {
 			recs = append(recs, *v)
 		}
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	slices.SortFunc(recs, func(a, b volume.Record) int { return strings.Compare(a.Name, b.Name) })
 	if limit > 0 && len(recs) > limit {
 		return recs[:limit], true

@@ -47,16 +47,16 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the counters.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
-	m.mu.Lock()
+	m.store.Lock()
 	type item struct {
 		id string
 		sv *servedVolume
 	}
 	var items []item
 	counts := map[[2]string]int{}
-	for name, v := range m.state.Volumes {
+	for name, v := range m.store.Volumes {
 		staged := "false"
-		if m.state.Staged[name] != nil {
+		if m.store.Staged[name] != nil {
 			staged = "true"
 		}
 		counts[[2]string{v.Params.Pool, staged}]++
@@ -64,7 +64,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			items = append(items, item{v.ID, sv})
 		}
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descStaged, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}

@@ -39,14 +39,14 @@ func (m *Manager) checkOwnDirs(what, p string) error {
 // other than the caller's own. own is the volume whose request it is; target, when not "",
 // is the path being published, whose own record does not count.
 func (m *Manager) checkOtherMounts(what, p, own, target string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name, st := range m.state.Staged {
+	m.store.Lock()
+	defer m.store.Unlock()
+	for name, st := range m.store.Staged {
 		if name != own && overlaps(p, st.Path) {
 			return status.Errorf(codes.FailedPrecondition, "%s %s overlaps the staging path %s of volume %s", what, p, st.Path, name)
 		}
 	}
-	for t, pub := range m.state.Published {
+	for t, pub := range m.store.Published {
 		if t != target && overlaps(p, t) {
 			return status.Errorf(codes.FailedPrecondition, "%s %s overlaps the target %s of volume %s", what, p, t, pub.Name)
 		}
@@ -56,9 +56,9 @@ func (m *Manager) checkOtherMounts(what, p, own, target string) error {
 
 // isStagingPath tells whether p is, lies inside, or contains where some volume is staged.
 func (m *Manager) isStagingPath(p string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, st := range m.state.Staged {
+	m.store.Lock()
+	defer m.store.Unlock()
+	for _, st := range m.store.Staged {
 		if overlaps(p, st.Path) {
 			return true
 		}

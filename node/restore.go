@@ -19,20 +19,20 @@ import (
 // device is missing stays recorded and unserved (its condition says so) until NodeStageVolume
 // is retried with the device back.
 func (m *Manager) Restore() error {
-	m.mu.Lock()
+	m.store.Lock()
 	volumes := map[string]volume.Record{}
-	for name, v := range m.state.Volumes {
+	for name, v := range m.store.Volumes {
 		volumes[name] = *v
 	}
 	staged := map[string]volume.StageRecord{}
-	for name, st := range m.state.Staged {
+	for name, st := range m.store.Staged {
 		staged[name] = *st
 	}
 	published := map[string]volume.PublishRecord{}
-	for target, p := range m.state.Published {
+	for target, p := range m.store.Published {
 		published[target] = *p
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 
 	var failed []string
 	for name, st := range staged {
@@ -45,9 +45,9 @@ func (m *Manager) Restore() error {
 		if st.Mounter != nil {
 			sv, err := m.adoptMounter(rec, &st)
 			if err == nil {
-				m.mu.Lock()
+				m.store.Lock()
 				m.served[name] = sv
-				m.mu.Unlock()
+				m.store.Unlock()
 				continue
 			}
 			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "pod", st.Mounter.Pod, "reason", err)
@@ -66,9 +66,9 @@ func (m *Manager) Restore() error {
 			m.forget(func(s *volume.State) { delete(s.Published, target) }, target)
 			continue
 		}
-		m.mu.Lock()
+		m.store.Lock()
 		sv := m.served[pub.Name]
-		m.mu.Unlock()
+		m.store.Unlock()
 		if sv == nil {
 			continue // not served: the dead mount stays until the volume is staged again
 		}
@@ -94,9 +94,9 @@ func (m *Manager) forget(drop func(*volume.State), path string) {
 	if err := m.mounts.DetachAll(path); err != nil {
 		klog.ErrorS(err, "removing a stale mount", "path", path)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	drop(m.state)
+	m.store.Lock()
+	defer m.store.Unlock()
+	drop(m.store.State)
 	if err := m.saveLocked(); err != nil {
 		klog.ErrorS(err, "saving node state")
 	}

@@ -121,10 +121,10 @@ func (m *Manager) stagingOpener(rec volume.Record, devPath string) opener {
 
 // siblingStaged tells whether another volume on rec's device is staged.
 func (m *Manager) siblingStaged(rec volume.Record) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name := range m.state.Staged {
-		if v := m.state.Volumes[name]; v != nil && name != rec.Name && v.Device == rec.Device {
+	m.store.Lock()
+	defer m.store.Unlock()
+	for name := range m.store.Staged {
+		if v := m.store.Volumes[name]; v != nil && name != rec.Name && v.Device == rec.Device {
 			return true
 		}
 	}

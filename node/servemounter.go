@@ -146,10 +146,10 @@ func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*serv
 
 // stagedRecords copies the staged volumes' records, for the launcher's look for orphans.
 func (m *Manager) stagedRecords() []volume.StageRecord {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]volume.StageRecord, 0, len(m.state.Staged))
-	for _, st := range m.state.Staged {
+	m.store.Lock()
+	defer m.store.Unlock()
+	out := make([]volume.StageRecord, 0, len(m.store.Staged))
+	for _, st := range m.store.Staged {
 		out = append(out, *st)
 	}
 	return out
@@ -157,10 +157,10 @@ func (m *Manager) stagedRecords() []volume.StageRecord {
 
 // stagedOn tells whether a volume on the device (any of its partitions) is staged.
 func (m *Manager) stagedOn(device string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name := range m.state.Staged {
-		if v := m.state.Volumes[name]; v != nil && v.Device == device {
+	m.store.Lock()
+	defer m.store.Unlock()
+	for name := range m.store.Staged {
+		if v := m.store.Volumes[name]; v != nil && v.Device == device {
 			return true
 		}
 	}
@@ -169,10 +169,10 @@ func (m *Manager) stagedOn(device string) bool {
 
 // volumeRecords copies the records of the node's volumes, for the removable-media pool's claims.
 func (m *Manager) volumeRecords() []volume.Record {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]volume.Record, 0, len(m.state.Volumes))
-	for _, v := range m.state.Volumes {
+	m.store.Lock()
+	defer m.store.Unlock()
+	out := make([]volume.Record, 0, len(m.store.Volumes))
+	for _, v := range m.store.Volumes {
 		out = append(out, *v)
 	}
 	return out

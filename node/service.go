@@ -78,10 +78,10 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 		MountGroup: mnt.GetVolumeMountGroup(),
 		AccessMode: int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
 	}
-	s.m.mu.Lock()
-	have := s.m.state.Staged[id.Name]
+	s.m.store.Lock()
+	have := s.m.store.Staged[id.Name]
 	served := s.m.served[id.Name]
-	s.m.mu.Unlock()
+	s.m.store.Unlock()
 	if have != nil {
 		if have.Path != want.Path {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, have.Path, want.Path)
@@ -119,10 +119,10 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 	if err := os.MkdirAll(st.Path, 0o750); err != nil && !isCorrupted(st.Path) {
 		return status.Errorf(codes.Internal, "staging path: %v", err)
 	}
-	m.mu.Lock()
+	m.store.Lock()
 	old := m.served[rec.Name]
 	delete(m.served, rec.Name)
-	m.mu.Unlock()
+	m.store.Unlock()
 	if old != nil {
 		if err := old.stop(); err != nil {
 			klog.ErrorS(err, "stopping the previous server of a volume staged again", "volume", rec.ID)
@@ -159,13 +159,13 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 	if !opts.ReadOnly {
 		m.growToImage(rec, st, sv)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.store.Lock()
+	defer m.store.Unlock()
 	m.served[rec.Name] = sv
-	m.state.Staged[rec.Name] = st
+	m.store.Staged[rec.Name] = st
 	if err := m.saveLocked(); err != nil {
 		delete(m.served, rec.Name)
-		delete(m.state.Staged, rec.Name)
+		delete(m.store.Staged, rec.Name)
 		if serr := sv.stop(); serr != nil {
 			klog.ErrorS(serr, "unmounting after failing to record it", "volume", rec.ID)
 		}
@@ -202,11 +202,11 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	path := filepath.Clean(req.GetStagingTargetPath())
 	m := s.m
 	_, missing := m.record(id)
-	m.mu.Lock()
-	st := m.state.Staged[id.Name]
-	targets := m.state.TargetsOf(id.Name)
+	m.store.Lock()
+	st := m.store.Staged[id.Name]
+	targets := m.store.TargetsOf(id.Name)
 	sv := m.served[id.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if missing != nil {
 		st = nil // another pool's volume of the same name is not this one
 	}
@@ -238,10 +238,10 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	} else if err := m.mounts.DetachAll(path); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.store.Lock()
+	defer m.store.Unlock()
 	delete(m.served, id.Name)
-	delete(m.state.Staged, id.Name)
+	delete(m.store.Staged, id.Name)
 	if err := m.saveLocked(); err != nil {
 		return nil, err
 	}
@@ -291,12 +291,12 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 
-	m.mu.Lock()
-	st := m.state.Staged[id.Name]
-	have := m.state.Published[target]
-	others := m.state.TargetsOf(id.Name)
+	m.store.Lock()
+	st := m.store.Staged[id.Name]
+	have := m.store.Published[target]
+	others := m.store.TargetsOf(id.Name)
 	sv := m.served[id.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if st == nil || st.Path != staging {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
 	}
@@ -308,9 +308,9 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 		if err := m.stage(rec, &again); err != nil {
 			return nil, err
 		}
-		m.mu.Lock()
+		m.store.Lock()
 		sv = m.served[id.Name]
-		m.mu.Unlock()
+		m.store.Unlock()
 	}
 	if sv == nil || sv.gone() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s but not served; stage it again", id, staging)
@@ -358,11 +358,11 @@ func (m *Manager) publish(id, name, staging, target string, readOnly bool) error
 	if err := m.mounts.Bind(staging, target, readOnly); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.state.Published[target] = &volume.PublishRecord{Name: name, ReadOnly: readOnly}
+	m.store.Lock()
+	defer m.store.Unlock()
+	m.store.Published[target] = &volume.PublishRecord{Name: name, ReadOnly: readOnly}
 	if err := m.saveLocked(); err != nil {
-		delete(m.state.Published, target)
+		delete(m.store.Published, target)
 		m.mounts.Unmount(target)
 		return err
 	}
@@ -399,10 +399,10 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 	target := filepath.Clean(req.GetTargetPath())
 	_, missing := m.record(id)
 	exists := missing == nil
-	m.mu.Lock()
-	pub := m.state.Published[target]
+	m.store.Lock()
+	pub := m.store.Published[target]
 	sv := m.served[id.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	if pub != nil && !exists {
 		// The target holds a volume of this name under another ID (another pool's): not this one.
 		return nil, missing
@@ -442,9 +442,9 @@ func (m *Manager) unbind(volume, target string, pub *volume.PublishRecord, sv *s
 		return status.Errorf(codes.Internal, "unpublish %s: remove target path: %v", volume, err)
 	}
 	if pub != nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		delete(m.state.Published, target)
+		m.store.Lock()
+		defer m.store.Unlock()
+		delete(m.store.Published, target)
 		if err := m.saveLocked(); err != nil {
 			return err
 		}

@@ -62,13 +62,13 @@ func (m *Manager) dropUnfinishedSnapshots() error {
 			return fmt.Errorf("snapshots: remove half-made copy: %w", err)
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.store.Lock()
+	defer m.store.Unlock()
 	changed := false
-	for name, s := range m.state.Snapshots {
+	for name, s := range m.store.Snapshots {
 		if !s.Ready {
 			klog.InfoS("dropping a snapshot whose copy did not finish", "snapshot", s.ID)
-			delete(m.state.Snapshots, name)
+			delete(m.store.Snapshots, name)
 			changed = true
 		}
 	}
@@ -96,9 +96,9 @@ func (m *Manager) ownSnapshotID(snapshotID string) (volume.SnapshotID, error) {
 
 // snapshot returns a copy of the ready snapshot's record, or NotFound.
 func (m *Manager) snapshot(id volume.SnapshotID) (volume.SnapshotRecord, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.state.Snapshots[id.Name]
+	m.store.Lock()
+	defer m.store.Unlock()
+	s, ok := m.store.Snapshots[id.Name]
 	if !ok || s.ID != id.String() || !s.Ready {
 		return volume.SnapshotRecord{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", id)
 	}
@@ -120,9 +120,9 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, sourceID string) (vo
 		return volume.SnapshotRecord{}, err
 	}
 	defer unlock()
-	m.mu.Lock()
-	existing := m.state.Snapshots[name]
-	m.mu.Unlock()
+	m.store.Lock()
+	existing := m.store.Snapshots[name]
+	m.store.Unlock()
 	if existing != nil {
 		if existing.Source != sourceID {
 			return volume.SnapshotRecord{}, status.Errorf(codes.AlreadyExists, "snapshot %s exists of volume %s, not of %s", existing.ID, existing.Source, sourceID)
@@ -254,16 +254,16 @@ func makeCopy(tmp, final string, size int64, fill func(dst *os.File) (copied, er
 }
 
 func (m *Manager) putSnapshot(s *volume.SnapshotRecord) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := m.state.Snapshots[s.Name]
+	m.store.Lock()
+	defer m.store.Unlock()
+	old := m.store.Snapshots[s.Name]
 	c := *s
-	m.state.Snapshots[s.Name] = &c
+	m.store.Snapshots[s.Name] = &c
 	if err := m.saveLocked(); err != nil {
 		if old != nil {
-			m.state.Snapshots[s.Name] = old
+			m.store.Snapshots[s.Name] = old
 		} else {
-			delete(m.state.Snapshots, s.Name)
+			delete(m.store.Snapshots, s.Name)
 		}
 		return err
 	}
@@ -271,9 +271,9 @@ func (m *Manager) putSnapshot(s *volume.SnapshotRecord) error {
 }
 
 func (m *Manager) dropSnapshot(name string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.state.Snapshots, name)
+	m.store.Lock()
+	defer m.store.Unlock()
+	delete(m.store.Snapshots, name)
 	if err := m.saveLocked(); err != nil {
 		klog.ErrorS(err, "dropping the record of a snapshot that failed", "snapshot", name)
 	}
@@ -300,9 +300,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 		return err
 	}
 	defer unlock()
-	m.mu.Lock()
-	s := m.state.Snapshots[id.Name]
-	m.mu.Unlock()
+	m.store.Lock()
+	s := m.store.Snapshots[id.Name]
+	m.store.Unlock()
 	if s == nil || s.ID != snapshotID {
 		return nil
 	}
@@ -312,9 +312,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	if err := volume.SyncDir(m.snapshotDir()); err != nil {
 		return status.Errorf(codes.Internal, "delete snapshot %s: %v", snapshotID, err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.state.Snapshots, id.Name)
+	m.store.Lock()
+	defer m.store.Unlock()
+	delete(m.store.Snapshots, id.Name)
 	if err := m.saveLocked(); err != nil {
 		return err
 	}
@@ -331,13 +331,13 @@ type SnapshotFilter struct {
 // names sort after the name after ("" for the start), at most limit of them (0 for all), and
 // whether more follow. Snapshots being taken are listed, not ready.
 func (m *Manager) ListSnapshots(filter SnapshotFilter, after string, limit int) (recs []volume.SnapshotRecord, more bool) {
-	m.mu.Lock()
-	for _, s := range m.state.Snapshots {
+	m.store.Lock()
+	for _, s := range m.store.Snapshots {
 		if s.Name > after && (filter.ID == "" || s.ID == filter.ID) && (filter.Source == "" || s.Source == filter.Source) {
 			recs = append(recs, *s)
 		}
 	}
-	m.mu.Unlock()
+	m.store.Unlock()
 	slices.SortFunc(recs, func(a, b volume.SnapshotRecord) int { return strings.Compare(a.Name, b.Name) })
 	if limit > 0 && len(recs) > limit {
 		return recs[:limit], true

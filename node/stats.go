@@ -64,11 +64,11 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	}
 	path := filepath.Clean(req.GetVolumePath())
 	m := s.m
-	m.mu.Lock()
-	st := m.state.Staged[rec.Name]
-	pub := m.state.Published[path]
+	m.store.Lock()
+	st := m.store.Staged[rec.Name]
+	pub := m.store.Published[path]
 	sv := m.served[rec.Name]
-	m.mu.Unlock()
+	m.store.Unlock()
 	atStaging := st != nil && st.Path == path
 	atTarget := pub != nil && pub.Name == rec.Name
 	if !atStaging && !atTarget {
