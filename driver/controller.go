@@ -94,7 +94,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	var rec volume.Record
 	if source != nil {
-		rec, err = c.m.CreateVolumeFrom(ctx, req.GetName(), required, limit, params, *source)
+		rec, err = c.m.Snapshots().CreateVolumeFrom(ctx, req.GetName(), required, limit, params, *source)
 	} else {
 		rec, err = c.m.CreateVolume(ctx, req.GetName(), required, limit, params)
 	}

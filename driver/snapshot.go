@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/csi-fat/csi-fat/node"
+	"github.com/csi-fat/csi-fat/node/snapshots"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -26,7 +26,7 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if len(req.GetParameters()) > 0 {
 		return nil, invalid("snapshots take no parameters, got %v", req.GetParameters())
 	}
-	snap, err := c.m.CreateSnapshot(ctx, req.GetName(), req.GetSourceVolumeId())
+	snap, err := c.m.Snapshots().CreateSnapshot(ctx, req.GetName(), req.GetSourceVolumeId())
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if req.GetSnapshotId() == "" {
 		return nil, invalid("snapshot ID is missing")
 	}
-	if err := c.m.DeleteSnapshot(ctx, req.GetSnapshotId()); err != nil {
+	if err := c.m.Snapshots().DeleteSnapshot(ctx, req.GetSnapshotId()); err != nil {
 		return nil, err
 	}
 	return &csi.DeleteSnapshotResponse{}, nil
@@ -68,7 +68,7 @@ func (c *controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		}
 		after = name
 	}
-	recs, more := c.m.ListSnapshots(node.SnapshotFilter{ID: req.GetSnapshotId(), Source: req.GetSourceVolumeId()}, after, int(req.GetMaxEntries()))
+	recs, more := c.m.Snapshots().ListSnapshots(snapshots.Filter{ID: req.GetSnapshotId(), Source: req.GetSourceVolumeId()}, after, int(req.GetMaxEntries()))
 	resp := &csi.ListSnapshotsResponse{}
 	for _, s := range recs {
 		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: snapshotOf(s)})
@@ -80,7 +80,7 @@ func (c *controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 }
 
 // contentSource reads a CreateVolume request's content source: nil for a fresh volume.
-func contentSource(req *csi.CreateVolumeRequest) (*node.ContentSource, error) {
+func contentSource(req *csi.CreateVolumeRequest) (*snapshots.ContentSource, error) {
 	cs := req.GetVolumeContentSource()
 	if cs == nil {
 		return nil, nil
@@ -90,12 +90,12 @@ func contentSource(req *csi.CreateVolumeRequest) (*node.ContentSource, error) {
 		if cs.GetSnapshot().GetSnapshotId() == "" {
 			return nil, invalid("the volume content source's snapshot ID is missing")
 		}
-		return &node.ContentSource{Snapshot: cs.GetSnapshot().GetSnapshotId()}, nil
+		return &snapshots.ContentSource{Snapshot: cs.GetSnapshot().GetSnapshotId()}, nil
 	case cs.GetVolume() != nil:
 		if cs.GetVolume().GetVolumeId() == "" {
 			return nil, invalid("the volume content source's volume ID is missing")
 		}
-		return &node.ContentSource{Volume: cs.GetVolume().GetVolumeId()}, nil
+		return &snapshots.ContentSource{Volume: cs.GetVolume().GetVolumeId()}, nil
 	}
 	return nil, invalid("the volume content source names neither a snapshot nor a volume")
 }

@@ -122,7 +122,7 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 	if err := m.checkOtherMounts("target path", target, "", target); err != nil {
 		return nil, err
 	}
-	unlock, err := m.lock(name, "NodePublishVolume")
+	unlock, err := m.locks.Take(name, "NodePublishVolume")
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +254,7 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume
 func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublishVolumeResponse, error) {
 	m := s.m
 	name := ephemeralName(volumeID)
-	unlock, err := m.lock(name, "NodeUnpublishVolume")
+	unlock, err := m.locks.Take(name, "NodeUnpublishVolume")
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func (m *Manager) RemoveOrphanedEphemeral() {
 	}
 	m.store.Unlock()
 	for _, rec := range orphans {
-		unlock, err := m.lock(rec.Name, "RemoveOrphanedEphemeral")
+		unlock, err := m.locks.Take(rec.Name, "RemoveOrphanedEphemeral")
 		if err != nil {
 			continue // a call is at it
 		}

@@ -23,16 +23,16 @@ import (
 // volume (a device cannot grow) and a size past what the file system can grow to are
 // OutOfRange, growth the pool has no room for is ResourceExhausted.
 func (m *Manager) ExpandVolume(ctx context.Context, volumeID string, required, limit int64) (int64, error) {
-	id, err := m.ownID(volumeID)
+	id, err := volume.OwnID(volumeID, m.cfg.NodeID)
 	if err != nil {
 		return 0, err
 	}
-	unlock, err := m.lock(id.Name, "ControllerExpandVolume")
+	unlock, err := m.locks.Take(id.Name, "ControllerExpandVolume")
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
-	rec, err := m.record(id)
+	rec, err := m.store.Record(id)
 	if err != nil {
 		return 0, err
 	}
@@ -114,7 +114,7 @@ func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, r
 	if err != nil {
 		return 0, err
 	}
-	unlock, err := m.lock(rec.Name, "NodeExpandVolume")
+	unlock, err := m.locks.Take(rec.Name, "NodeExpandVolume")
 	if err != nil {
 		return 0, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/prober"
 	"github.com/csi-fat/csi-fat/node/serving"
+	"github.com/csi-fat/csi-fat/node/snapshots"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,6 +67,8 @@ type Manager struct {
 	prober *prober.Prober
 	// media is the removable-media pool; nil when it is off.
 	media *mediapool.Pool
+	// snapshots makes snapshots, and volumes from snapshots or other volumes.
+	snapshots *snapshots.Snapshots
 
 	// store holds the node's records; its mutex guards served too.
 	store  *volume.Store
@@ -121,7 +124,11 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.store = store
-	if err := m.dropUnfinishedSnapshots(); err != nil {
+	m.snapshots = snapshots.New(snapshots.Config{
+		NodeID: cfg.NodeID, MaxVolumes: cfg.MaxVolumes, Store: store, Locks: m.locks, Provision: &m.provision,
+		Images: &m.images, USB: cfg.USB, Media: m.media, Volumes: copySources{m},
+	})
+	if err := m.snapshots.DropUnfinished(); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -145,14 +152,6 @@ func (m *Manager) Probe() error {
 	return err
 }
 
-// lock takes the volume's lock, or answers Aborted while another operation holds it.
-func (m *Manager) lock(name, op string) (func(), error) {
-	if ok, holder := m.locks.TryLock(name, op); !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is in flight: %s", name, holder)
-	}
-	return func() { m.locks.Unlock(name) }, nil
-}
-
 // saveLocked writes the state; the caller holds m.store.
 func (m *Manager) saveLocked() error {
 	if err := m.store.SaveLocked(); err != nil {
@@ -161,43 +160,17 @@ func (m *Manager) saveLocked() error {
 	return nil
 }
 
-// ownID parses a volume ID and checks that it names a volume of this node. An empty ID is
-// InvalidArgument (the field is required); any other ID that does not parse is one this driver
-// could never have issued, so it names a volume that does not exist: NotFound, as the spec has
-// it for a missing volume. Such an ID never yields a name, so it never reaches a file path.
-func (m *Manager) ownID(volumeID string) (volume.ID, error) {
-	if volumeID == "" {
-		return volume.ID{}, status.Error(codes.InvalidArgument, "volume ID is missing")
-	}
-	id, err := volume.ParseID(volumeID)
-	if err != nil {
-		return volume.ID{}, status.Errorf(codes.NotFound, "volume %q does not exist: %v", volumeID, err)
-	}
-	if id.Node != m.cfg.NodeID {
-		return id, status.Errorf(codes.NotFound, "volume %s lives on node %s, this is node %s", volumeID, id.Node, m.cfg.NodeID)
-	}
-	return id, nil
-}
-
-// record returns a copy of the volume's record, or NotFound.
-func (m *Manager) record(id volume.ID) (volume.Record, error) {
-	m.store.Lock()
-	defer m.store.Unlock()
-	v, ok := m.store.Volumes[id.Name]
-	if !ok || v.ID != id.String() {
-		return volume.Record{}, status.Errorf(codes.NotFound, "volume %s does not exist", id)
-	}
-	return *v, nil
-}
+// Snapshots makes, lists and deletes the node's snapshots, and volumes from snapshots or volumes.
+func (m *Manager) Snapshots() *snapshots.Snapshots { return m.snapshots }
 
 // Volume returns the record of the volume with this ID: InvalidArgument for an empty ID,
 // NotFound for any other that names no volume here.
 func (m *Manager) Volume(volumeID string) (volume.Record, error) {
-	id, err := m.ownID(volumeID)
+	id, err := volume.OwnID(volumeID, m.cfg.NodeID)
 	if err != nil {
 		return volume.Record{}, err
 	}
-	return m.record(id)
+	return m.store.Record(id)
 }
 
 // CreateVolume makes the named volume, or returns it when it exists with a compatible size
@@ -215,7 +188,7 @@ func (m *Manager) createVolume(name string, required, limit int64, params volume
 	if err := volume.ValidateName(name); err != nil {
 		return volume.Record{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	unlock, err := m.lock(name, "CreateVolume")
+	unlock, err := m.locks.Take(name, "CreateVolume")
 	if err != nil {
 		return volume.Record{}, err
 	}
@@ -312,12 +285,12 @@ func (m *Manager) DeleteVolume(ctx context.Context, volumeID string) error {
 		// volume that still holds data there. Only that node's controller can delete it.
 		return status.Errorf(codes.InvalidArgument, "volume %s lives on node %s; this is node %s, whose controller deletes only its own volumes", volumeID, id.Node, m.cfg.NodeID)
 	}
-	unlock, err := m.lock(id.Name, "DeleteVolume")
+	unlock, err := m.locks.Take(id.Name, "DeleteVolume")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	rec, err := m.record(id)
+	rec, err := m.store.Record(id)
 	if status.Code(err) == codes.NotFound {
 		return nil
 	}

@@ -18,7 +18,7 @@ func TestInFlightAborted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := m.lock("busy", "test")
+	unlock, err := m.locks.Take("busy", "test")
 	if err != nil {
 		t.Fatal(err)
 	}

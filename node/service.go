@@ -54,11 +54,11 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
-	id, err := s.m.ownID(req.GetVolumeId())
+	id, err := volume.OwnID(req.GetVolumeId(), s.m.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.m.lock(id.Name, "NodeStageVolume")
+	unlock, err := s.m.locks.Take(id.Name, "NodeStageVolume")
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	if err := s.m.checkOtherMounts("staging target path", req.GetStagingTargetPath(), id.Name, ""); err != nil {
 		return nil, err
 	}
-	rec, err := s.m.record(id)
+	rec, err := s.m.store.Record(id)
 	if err != nil {
 		return nil, err
 	}
@@ -190,18 +190,18 @@ func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVol
 	if err := s.m.checkRequestPath("staging target path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	id, err := s.m.ownID(req.GetVolumeId())
+	id, err := volume.OwnID(req.GetVolumeId(), s.m.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.m.lock(id.Name, "NodeUnstageVolume")
+	unlock, err := s.m.locks.Take(id.Name, "NodeUnstageVolume")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	path := filepath.Clean(req.GetStagingTargetPath())
 	m := s.m
-	_, missing := m.record(id)
+	_, missing := m.store.Record(id)
 	m.store.Lock()
 	st := m.store.Staged[id.Name]
 	targets := m.store.TargetsOf(id.Name)
@@ -269,11 +269,11 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if overlaps(req.GetTargetPath(), req.GetStagingTargetPath()) {
 		return nil, invalid("target path %s overlaps the staging target path %s", req.GetTargetPath(), req.GetStagingTargetPath())
 	}
-	id, err := s.m.ownID(req.GetVolumeId())
+	id, err := volume.OwnID(req.GetVolumeId(), s.m.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.m.lock(id.Name, "NodePublishVolume")
+	unlock, err := s.m.locks.Take(id.Name, "NodePublishVolume")
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err := s.m.checkOtherMounts("target path", req.GetTargetPath(), "", filepath.Clean(req.GetTargetPath())); err != nil {
 		return nil, err
 	}
-	rec, err := s.m.record(id)
+	rec, err := s.m.store.Record(id)
 	if err != nil {
 		return nil, err
 	}
@@ -386,18 +386,18 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 		// An inline volume's ID, the CO's own, or an ID of none.
 		return s.unpublishEphemeral(req.GetVolumeId(), filepath.Clean(req.GetTargetPath()))
 	}
-	id, err := s.m.ownID(req.GetVolumeId())
+	id, err := volume.OwnID(req.GetVolumeId(), s.m.cfg.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.m.lock(id.Name, "NodeUnpublishVolume")
+	unlock, err := s.m.locks.Take(id.Name, "NodeUnpublishVolume")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	m := s.m
 	target := filepath.Clean(req.GetTargetPath())
-	_, missing := m.record(id)
+	_, missing := m.store.Record(id)
 	exists := missing == nil
 	m.store.Lock()
 	pub := m.store.Published[target]

@@ -1,10 +1,9 @@
-package node
+package snapshots
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"strings"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
-	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
@@ -34,7 +32,7 @@ type copied struct {
 }
 
 // copyVolume copies the volume's device (its image, or its USB stick) into dst, an empty file in
-// the image pool, and checks the copy. A staged volume is held meanwhile (servedVolume.hold): written
+// the image pool, and checks the copy. A staged volume is held meanwhile (Volumes.Served): written
 // back and made durable, no operation let through until the copy is made, so the copy is the
 // volume of one moment with all that was written before it; a reflink makes the hold a moment,
 // a sparse copy makes it last the copy. A volume that is not staged is claimed, so that no
@@ -42,27 +40,24 @@ type copied struct {
 // after a crash: the dirty bit, preallocated clusters of files open for writing, clusters of
 // files removed while open. budget bounds what a sparse copy may write. The caller holds the
 // volume's lock.
-func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (copied, error) {
-	devPath, err := m.devicePath(rec)
+func (sn *Snapshots) copyVolume(rec volume.Record, dst *os.File, budget int64) (copied, error) {
+	devPath, err := sn.volumes.DevicePath(rec)
 	if err != nil {
 		return copied{}, err
 	}
-	length, err := m.copyLength(rec)
+	length, err := sn.copyLength(rec)
 	if err != nil {
 		return copied{}, err
 	}
-	m.store.Lock()
-	sv := m.served[rec.Name]
-	m.store.Unlock()
 	var out copied
-	if sv != nil && !sv.gone() {
+	if hold := sn.volumes.Served(rec.Name); hold != nil {
 		// The server holds the claim: read beside it, through the same page cache.
 		src, err := os.Open(devPath)
 		if err != nil {
 			return copied{}, status.Errorf(codes.Internal, "volume %s: %v", rec.ID, err)
 		}
 		defer src.Close()
-		release, err := sv.hold(holdLimit)
+		release, err := hold(holdLimit)
 		if errors.Is(err, mounters.ErrOld) {
 			return copied{}, status.Errorf(codes.FailedPrecondition, "%v", err)
 		}
@@ -81,7 +76,11 @@ func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (cop
 	} else {
 		src, err := blockdev.OpenClaimed(devPath, blockdev.ExclusiveReadOnly)
 		if err != nil {
-			return copied{}, status.Errorf(claimCode(err, codes.Internal), "volume %s: open %s to copy it: %v", rec.ID, devPath, err)
+			code := codes.Internal
+			if errors.Is(err, blockdev.ErrInUse) {
+				code = codes.FailedPrecondition // another writer has it: retried once it is done
+			}
+			return copied{}, status.Errorf(code, "volume %s: open %s to copy it: %v", rec.ID, devPath, err)
 		}
 		defer src.Close()
 		res, err := blockdev.CopyImage(dst, src.OSFile(), length, blockdev.CopyOptions{Budget: budget})
@@ -90,7 +89,7 @@ func (m *Manager) copyVolume(rec volume.Record, dst *os.File, budget int64) (cop
 		}
 		out = copied{CopyResult: res}
 	}
-	if err := m.checkCopy(rec, dst); err != nil {
+	if err := sn.volumes.CheckCopy(rec, dst); err != nil {
 		return copied{}, err
 	}
 	klog.InfoS("copied volume", "volume", rec.ID, "to", dst.Name(), "reflink", out.Reflinked, "written", out.Written, "held", out.held)
@@ -105,83 +104,71 @@ func copyError(what string, err error) error {
 	return status.Errorf(codes.Internal, "copy %s: %v", what, err)
 }
 
-// checkCopy checks a fresh copy of a volume and repairs what the copy of a volume in use holds
-// (as fsck.fat -a would). In process mode a mounter of its own does it, so that the plugin never
-// parses a medium's structures. Errors left that are not safe to repair are logged: the copy is
-// as the volume was.
-func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
-	var res *protocol.CheckResult
-	var err error
-	if m.cfg.Mounter.OutOfProcess() {
-		res, err = m.checkInMounter("copy-check:"+rec.Name, dst, protocol.CheckArgs{Repair: true})
-	} else {
-		// A duplicate, so that the check's claim and close leave dst as it is.
-		var fd int
-		fd, err = unix.FcntlInt(dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err == nil {
-			var dev *blockdev.File
-			dev, err = blockdev.FromFile(os.NewFile(uintptr(fd), dst.Name()), dst.Name(), blockdev.Exclusive)
-			if err == nil {
-				res, err = m.cfg.InProcess.Check(dev, "", true, false)
-				if cerr := dev.Close(); err == nil && cerr != nil {
-					err = cerr
-				}
-			}
-		}
-	}
-	if err != nil {
-		return status.Errorf(codes.Internal, "check the copy of volume %s: %v", rec.ID, err)
-	}
-	if len(res.Repaired) > 0 {
-		klog.InfoS("repaired the copy of a volume", "volume", rec.ID, "repaired", strings.Join(res.Repaired, "; "))
-	}
-	if !res.Clean {
-		klog.InfoS("the copy of a volume has file system errors that were not repaired, as the volume has", "volume", rec.ID, "errors", listProblems(res.Left, res.Total))
-	}
-	return nil
-}
-
-// checkInMounter checks the file system on f in a short-lived mounter of its own, named name,
-// as args say (repair, walk), so that this process never parses what a medium holds.
-func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArgs) (*protocol.CheckResult, error) {
-	p, err := m.launcher.Start(volume.Record{ID: name, Name: name})
-	if err != nil {
-		return nil, err
-	}
-	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &args}, m.cfg.Mounter.CheckLimit(), int(f.Fd()))
-	if err == nil {
-		if _, serr := p.Call(&protocol.Request{Op: protocol.OpStop}, mounters.CallTimeout); serr == nil {
-			p.Settle()
-		}
-	}
-	var re *protocol.RemoteError
-	if err != nil && !errors.As(err, &re) && p.Settle() {
-		err = fmt.Errorf("%v (%s)", err, p.EndedWhy())
-	}
-	p.Discard()
-	if err != nil {
-		return nil, err
-	}
-	return resp.Check, nil
-}
-
 // copyLength is how many bytes of a volume's device a copy takes: an image whole, a stick whole
 // (its size, which is more than the volume's when its file system is in layout=mbr's partition:
 // the copy keeps the table, and the image pool serves its first FAT partition). A volume in one
 // partition of a stick is not copied: a copy of the whole stick would take the other volumes'
 // partitions with it.
-func (m *Manager) copyLength(rec volume.Record) (int64, error) {
+func (sn *Snapshots) copyLength(rec volume.Record) (int64, error) {
 	switch {
 	case rec.Device == "":
 		return rec.Size, nil
 	case rec.Partition != "":
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is partition %s of removable medium %s: snapshots and clones of one partition of a stick are not supported", rec.ID, rec.Partition, rec.Device)
-	case m.usb == nil:
+	case sn.usb == nil:
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s is on a usb device but the usb pool is not enabled", rec.ID)
 	}
-	d, err := m.usb.Find(rec.Device)
+	d, err := sn.usb.Find(rec.Device)
 	if err != nil {
 		return 0, status.Errorf(codes.FailedPrecondition, "volume %s: %v", rec.ID, err)
 	}
 	return d.Size, nil
+}
+
+// makeCopy makes a file at final of size bytes: fill copies into a new file at tmp, which is grown
+// to size (sparse: what lies past the copy is a hole; the file system in it stays as it was) and
+// renamed to final, and the rename made durable. Nothing is left at tmp or final on failure.
+func makeCopy(tmp, final string, size int64, fill func(dst *os.File) (copied, error)) (copied, error) {
+	if err := os.MkdirAll(filepath.Dir(tmp), 0o700); err != nil {
+		return copied{}, status.Errorf(codes.Internal, "image pool: %v", err)
+	}
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return copied{}, status.Errorf(codes.Internal, "image pool: %v", err)
+	}
+	dst, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return copied{}, status.Errorf(codes.Internal, "image pool: %v", err)
+	}
+	how, err := fill(dst)
+	if err == nil {
+		if st, serr := dst.Stat(); serr != nil || st.Size() > size {
+			err = status.Errorf(codes.Internal, "image pool: %s is not the copy it should be (%v)", tmp, serr)
+		} else if st.Size() < size {
+			if terr := dst.Truncate(size); terr != nil {
+				err = status.Errorf(codes.Internal, "image pool: grow %s to %d bytes: %v", tmp, size, terr)
+			}
+		}
+	}
+	if err == nil {
+		// The copy's writes reach the disk now, after any hold of its source.
+		if serr := dst.Sync(); serr != nil {
+			err = status.Errorf(codes.Internal, "image pool: %v", serr)
+		}
+	}
+	if cerr := dst.Close(); err == nil && cerr != nil {
+		err = status.Errorf(codes.Internal, "image pool: %v", cerr)
+	}
+	if err == nil {
+		if rerr := os.Rename(tmp, final); rerr != nil {
+			err = status.Errorf(codes.Internal, "image pool: %v", rerr)
+		} else if serr := volume.SyncDir(filepath.Dir(final)); serr != nil {
+			os.Remove(final)
+			err = status.Errorf(codes.Internal, "image pool: %v", serr)
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return copied{}, err
+	}
+	return how, nil
 }

@@ -1,4 +1,4 @@
-package node
+package snapshots
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func (s ContentSource) ID() string {
 // its source: a larger one is the source's file system in a larger image (the file system keeps
 // its size). A volume in use is held for the copy as for a snapshot (copyVolume); a snapshot is
 // not in use, so a restore holds nothing.
-func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, limit int64, params volume.Params, src ContentSource) (volume.Record, error) {
+func (sn *Snapshots) CreateVolumeFrom(ctx context.Context, name string, required, limit int64, params volume.Params, src ContentSource) (volume.Record, error) {
 	if err := volume.ValidateName(name); err != nil {
 		return volume.Record{}, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -46,22 +46,22 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		return volume.Record{}, status.Error(codes.InvalidArgument, "the volume content source names neither a snapshot nor a volume")
 	}
 	if params.Pool == volume.PoolUSB {
-		if m.usb == nil {
-			return volume.Record{}, status.Errorf(codes.InvalidArgument, "the removable-media pool is not enabled on node %s", m.cfg.NodeID)
+		if sn.usb == nil {
+			return volume.Record{}, status.Errorf(codes.InvalidArgument, "the removable-media pool is not enabled on node %s", sn.nodeID)
 		}
 		if params.Adopt {
 			return volume.Record{}, status.Errorf(codes.InvalidArgument, "%s=true keeps a stick's own files; a volume from a snapshot or a volume holds its source's", volume.ParamAdopt)
 		}
 	}
-	unlock, err := m.lock(name, "CreateVolume")
+	unlock, err := sn.locks.Take(name, "CreateVolume")
 	if err != nil {
 		return volume.Record{}, err
 	}
 	defer unlock()
-	m.store.Lock()
-	existing, exists := m.store.Volumes[name]
-	count := len(m.store.Volumes)
-	m.store.Unlock()
+	sn.store.Lock()
+	existing, exists := sn.store.Volumes[name]
+	count := len(sn.store.Volumes)
+	sn.store.Unlock()
 	if exists {
 		switch {
 		case existing.Ephemeral:
@@ -83,46 +83,46 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		fill    func(budget int64) func(*os.File) (copied, error)
 	)
 	if src.Snapshot != "" {
-		sid, err := m.ownSnapshotID(src.Snapshot)
+		sid, err := sn.ownSnapshotID(src.Snapshot)
 		if err != nil {
-			return volume.Record{}, m.sourceElsewhere(err, sid.Node, src.Snapshot)
+			return volume.Record{}, sn.sourceElsewhere(err, sid.Node, src.Snapshot)
 		}
-		unlockSnap, err := m.lockSnapshot(sid.Name, opRestore)
+		unlockSnap, err := sn.lockSnapshot(sid.Name, opRestore)
 		if err != nil {
 			return volume.Record{}, err
 		}
 		defer unlockSnap()
-		snap, err := m.snapshot(sid)
+		snap, err := sn.snapshot(sid)
 		if err != nil {
 			return volume.Record{}, err
 		}
 		srcSize, srcRoom = snap.Size, snap.MaxSize
 		fill = func(budget int64) func(*os.File) (copied, error) {
-			return func(dst *os.File) (copied, error) { return m.copySnapshot(snap, dst, budget) }
+			return func(dst *os.File) (copied, error) { return sn.copySnapshot(snap, dst, budget) }
 		}
 	} else {
-		vid, err := m.ownID(src.Volume)
+		vid, err := volume.OwnID(src.Volume, sn.nodeID)
 		if err != nil {
-			return volume.Record{}, m.sourceElsewhere(err, vid.Node, src.Volume)
+			return volume.Record{}, sn.sourceElsewhere(err, vid.Node, src.Volume)
 		}
-		rec, err := m.record(vid)
+		rec, err := sn.store.Record(vid)
 		if err != nil {
 			return volume.Record{}, err
 		}
 		if rec.Ephemeral {
 			return volume.Record{}, status.Errorf(codes.NotFound, "volume %s is an inline volume of a pod, not one the controller knows", src.Volume)
 		}
-		unlockSource, err := m.lock(vid.Name, "CreateVolume")
+		unlockSource, err := sn.locks.Take(vid.Name, "CreateVolume")
 		if err != nil {
 			return volume.Record{}, err
 		}
 		defer unlockSource()
-		if srcSize, err = m.copyLength(rec); err != nil {
+		if srcSize, err = sn.copyLength(rec); err != nil {
 			return volume.Record{}, err
 		}
 		srcRoom = rec.MaxSize
 		fill = func(budget int64) func(*os.File) (copied, error) {
-			return func(dst *os.File) (copied, error) { return m.copyVolume(rec, dst, budget) }
+			return func(dst *os.File) (copied, error) { return sn.copyVolume(rec, dst, budget) }
 		}
 	}
 	size, err := copySize(required, limit, srcSize)
@@ -131,27 +131,27 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 	}
 	if params.Pool == volume.PoolUSB {
 		// A stick has the size it has: any that holds the source and what was asked fits.
-		return m.copyOntoStick(name, max(required, srcSize), limit, params, src, count, fill(0))
+		return sn.copyOntoStick(name, max(required, srcSize), limit, params, src, count, fill(0))
 	}
 
-	m.provision.Lock()
-	defer m.provision.Unlock()
-	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+	sn.provision.Lock()
+	defer sn.provision.Unlock()
+	if max := sn.maxVolumes; max > 0 && count >= max {
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", sn.nodeID, count)
 	}
-	avail, err := m.imageCapacity()
+	avail, err := sn.volumes.ImageCapacity()
 	if err != nil {
 		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
 	if size > avail {
-		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", m.images.Dir, avail, size)
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "image pool %s can make volumes up to %d bytes, %d asked", sn.images.Dir, avail, size)
 	}
-	how, err := makeCopy(m.images.CreatingPath(name), m.images.Path(name), size, fill(avail))
+	how, err := makeCopy(sn.images.CreatingPath(name), sn.images.Path(name), size, fill(avail))
 	if err != nil {
 		return volume.Record{}, err
 	}
 	rec := volume.Record{
-		ID:      volume.ID{Pool: volume.PoolImage, Node: m.cfg.NodeID, Name: name}.String(),
+		ID:      volume.ID{Pool: volume.PoolImage, Node: sn.nodeID, Name: name}.String(),
 		Name:    name,
 		Size:    size,
 		MaxSize: srcRoom,
@@ -159,12 +159,12 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 		Created: time.Now().UTC(),
 		Source:  src.ID(),
 	}
-	m.store.Lock()
-	defer m.store.Unlock()
-	m.store.Volumes[name] = &rec
-	if err := m.saveLocked(); err != nil {
-		delete(m.store.Volumes, name)
-		m.images.Remove(name)
+	sn.store.Lock()
+	defer sn.store.Unlock()
+	sn.store.Volumes[name] = &rec
+	if err := sn.saveLocked(); err != nil {
+		delete(sn.store.Volumes, name)
+		sn.images.Remove(name)
 		return volume.Record{}, err
 	}
 	klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "size", rec.Size, "reflink", how.Reflinked, "written", how.Written, "held", how.held)
@@ -175,11 +175,11 @@ func (m *Manager) CreateVolumeFrom(ctx context.Context, name string, required, l
 // ID) into ResourceExhausted, the spec's code for a volume that cannot be made in this topology:
 // the provisioner of a node-local driver then hands the claim back to the scheduler, which can
 // pick the source's node, where NotFound would be final. Other errors pass unchanged.
-func (m *Manager) sourceElsewhere(err error, srcNode, srcID string) error {
-	if srcNode == "" || srcNode == m.cfg.NodeID {
+func (sn *Snapshots) sourceElsewhere(err error, srcNode, srcID string) error {
+	if srcNode == "" || srcNode == sn.nodeID {
 		return err
 	}
-	return status.Errorf(codes.ResourceExhausted, "source %s lives on node %s: a volume made from it can be provisioned there only, not on node %s", srcID, srcNode, m.cfg.NodeID)
+	return status.Errorf(codes.ResourceExhausted, "source %s lives on node %s: a volume made from it can be provisioned there only, not on node %s", srcID, srcNode, sn.nodeID)
 }
 
 // copyOntoStick makes the named volume on the smallest free USB stick of at least size bytes
@@ -187,13 +187,13 @@ func (m *Manager) sourceElsewhere(err error, srcNode, srcID string) error {
 // sector last, so that a copy cut short leaves a stick with no file system, which the next claim
 // formats. A larger stick keeps the source's file system with its size. The caller holds the
 // name's and the source's locks.
-func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Params, src ContentSource, count int, fill func(*os.File) (copied, error)) (volume.Record, error) {
-	m.provision.Lock()
-	defer m.provision.Unlock()
-	if max := m.cfg.MaxVolumes; max > 0 && count >= max {
-		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", m.cfg.NodeID, count)
+func (sn *Snapshots) copyOntoStick(name string, size, limit int64, params volume.Params, src ContentSource, count int, fill func(*os.File) (copied, error)) (volume.Record, error) {
+	sn.provision.Lock()
+	defer sn.provision.Unlock()
+	if max := sn.maxVolumes; max > 0 && count >= max {
+		return volume.Record{}, status.Errorf(codes.ResourceExhausted, "node %s has %d volumes, its maximum", sn.nodeID, count)
 	}
-	free, claims, skipped, err := m.media.Free()
+	free, claims, skipped, err := sn.media.Free()
 	if err != nil {
 		return volume.Record{}, status.Error(codes.Internal, err.Error())
 	}
@@ -222,7 +222,7 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 			return volume.Record{}, err
 		}
 		rec := volume.Record{
-			ID:      volume.ID{Pool: volume.PoolUSB, Node: m.cfg.NodeID, Name: name}.String(),
+			ID:      volume.ID{Pool: volume.PoolUSB, Node: sn.nodeID, Name: name}.String(),
 			Name:    name,
 			Size:    d.Size,
 			Params:  params,
@@ -230,11 +230,11 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 			Device:  d.ID,
 			Source:  src.ID(),
 		}
-		m.store.Lock()
-		defer m.store.Unlock()
-		m.store.Volumes[name] = &rec
-		if err := m.saveLocked(); err != nil {
-			delete(m.store.Volumes, name)
+		sn.store.Lock()
+		defer sn.store.Unlock()
+		sn.store.Volumes[name] = &rec
+		if err := sn.saveLocked(); err != nil {
+			delete(sn.store.Volumes, name)
 			return volume.Record{}, err
 		}
 		klog.InfoS("created volume from a source", "volume", rec.ID, "source", rec.Source, "device", d.ID, "size", rec.Size, "written", how.Written, "held", how.held)
@@ -248,8 +248,8 @@ func (m *Manager) copyOntoStick(name string, size, limit int64, params volume.Pa
 }
 
 // copySnapshot copies a snapshot's file into dst. Snapshots never change, so nothing is held.
-func (m *Manager) copySnapshot(snap volume.SnapshotRecord, dst *os.File, budget int64) (copied, error) {
-	src, err := os.Open(m.snapshotPath(snap.Name))
+func (sn *Snapshots) copySnapshot(snap volume.SnapshotRecord, dst *os.File, budget int64) (copied, error) {
+	src, err := os.Open(sn.snapshotPath(snap.Name))
 	if err != nil {
 		return copied{}, status.Errorf(codes.Internal, "snapshot %s: %v", snap.ID, err)
 	}
