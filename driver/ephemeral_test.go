@@ -14,7 +14,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/csi-fat/csi-fat/node"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -24,7 +23,7 @@ const inlineID = "csi-3f1e0c7d9a2b4c5d6e7f80912a3b4c5d6e7f80912a3b4c5d6e7f80912a
 // inlineContext is what kubelet sends for an inline volume with these volumeAttributes.
 func inlineContext(attrs map[string]string) map[string]string {
 	ctx := map[string]string{
-		node.EphemeralContextKey:                 "true",
+		volume.EphemeralContextKey:               "true",
 		"csi.storage.k8s.io/pod.name":            "scratch-pod",
 		"csi.storage.k8s.io/pod.namespace":       "default",
 		"csi.storage.k8s.io/pod.uid":             "0f6b7c1e-5a4d-4b8e-9c2f-1d3e5f7a9b0c",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/csi-fat/csi-fat/node/serving"
 )
 
 // fsTypes are the file system types a capability may name: FAT under the names mount(8) and
@@ -27,7 +28,7 @@ func CheckCapability(c *csi.VolumeCapability) error {
 	if !fsTypes[mnt.GetFsType()] {
 		return fmt.Errorf("file system type %q is not supported: want vfat", mnt.GetFsType())
 	}
-	if _, err := mountOptions(mnt.GetMountFlags(), mnt.GetVolumeMountGroup(), false); err != nil {
+	if _, err := serving.MountOptions(mnt.GetMountFlags(), mnt.GetVolumeMountGroup(), false); err != nil {
 		return err
 	}
 	return checkAccessMode(c.GetAccessMode())

@@ -10,6 +10,7 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -48,7 +49,7 @@ func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 		klog.InfoS("repaired the copy of a volume", "volume", rec.ID, "repaired", strings.Join(res.Repaired, "; "))
 	}
 	if !res.Clean {
-		klog.InfoS("the copy of a volume has file system errors that were not repaired, as the volume has", "volume", rec.ID, "errors", listProblems(res.Left, res.Total))
+		klog.InfoS("the copy of a volume has file system errors that were not repaired, as the volume has", "volume", rec.ID, "errors", serving.ListProblems(res.Left, res.Total))
 	}
 	return nil
 }

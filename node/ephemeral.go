@@ -2,10 +2,7 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,43 +17,23 @@ import (
 )
 
 // CSI ephemeral inline volumes: a pod names the driver and volumeAttributes in its own spec, and
-// kubelet calls NodePublishVolume with the volume context key EphemeralContextKey set and no
+// kubelet calls NodePublishVolume with the volume context key volume.EphemeralContextKey set and no
 // staging. Each is a fresh image volume of its own, made, served and bound at the target by that
 // call and removed entirely by NodeUnpublishVolume. Between the two it is recorded like any
 // staged and published volume (its staging path inside the state directory, where no request
 // may reach), so a restart of the plugin serves it again like the others.
 
-// EphemeralContextKey is the volume context key kubelet sets to "true" for an inline volume.
-const EphemeralContextKey = "csi.storage.k8s.io/ephemeral"
-
-// ParamSize is the volume attribute for an inline volume's size, as bytes or a Kubernetes
-// quantity ("64Mi", "1G"); without it a volume gets volume.DefaultImageSize.
-const ParamSize = "size"
-
 // ephemeralDir is the state directory's subdirectory where inline volumes are served.
 const ephemeralDir = "ephemeral"
-
-// ephemeralName is the volume name (and image file name) of the inline volume with the CO's
-// volume ID: a hash, since the ID is the CO's and may hold anything. It starts with a prefix
-// CreateVolume names may also use; CreateVolume refuses a name an inline volume holds.
-func ephemeralName(volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return "ephemeral-" + hex.EncodeToString(sum[:16])
-}
 
 // ephemeralStaging is where the inline volume of this name is served.
 func (m *Manager) ephemeralStaging(name string) string {
 	return filepath.Join(m.cfg.StateDir, ephemeralDir, name)
 }
 
-// isEphemeral tells whether a NodePublishVolume request is for an inline volume.
-func isEphemeral(volumeContext map[string]string) bool {
-	return volumeContext[EphemeralContextKey] == "true"
-}
-
 // ephemeralVolume finds the inline volume of a CO's volume ID.
 func (m *Manager) ephemeralVolume(volumeID string) (volume.Record, bool) {
-	name := ephemeralName(volumeID)
+	name := volume.EphemeralName(volumeID)
 	m.store.Lock()
 	defer m.store.Unlock()
 	v, ok := m.store.Volumes[name]
@@ -75,36 +52,6 @@ func (m *Manager) nodeVolume(volumeID string) (volume.Record, error) {
 	return m.Volume(volumeID)
 }
 
-// parseEphemeral reads an inline volume's attributes: the StorageClass parameters of the image
-// pool and ParamSize. Keys under csi.storage.k8s.io/ (the pod's name, namespace, UID, the
-// ephemeral flag) are kubelet's and ignored.
-func parseEphemeral(attrs map[string]string) (int64, volume.Params, error) {
-	rest := make(map[string]string, len(attrs))
-	var size int64
-	for k, v := range attrs {
-		if k != ParamSize {
-			rest[k] = v
-			continue
-		}
-		n, err := volume.ParseSize(v)
-		if err != nil {
-			return 0, volume.Params{}, fmt.Errorf("volume attribute %s=%q: %w", ParamSize, v, err)
-		}
-		size = n
-	}
-	p, err := volume.ParseParams(rest)
-	if err != nil {
-		return 0, volume.Params{}, err
-	}
-	if p.Pool != volume.PoolImage {
-		return 0, volume.Params{}, fmt.Errorf("inline ephemeral volumes are image files: %s=%q is not supported", volume.ParamPool, p.Pool)
-	}
-	if p.MaxSize != 0 {
-		return 0, volume.Params{}, fmt.Errorf("inline ephemeral volumes do not grow: %s is not supported", volume.ParamMaxSize)
-	}
-	return size, p, nil
-}
-
 // publishEphemeral makes, serves and binds an inline volume; the request's target path and
 // capability are checked.
 func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
@@ -113,11 +60,11 @@ func (s *Service) publishEphemeral(ctx context.Context, req *csi.NodePublishVolu
 	if req.GetStagingTargetPath() != "" {
 		return nil, invalid("inline ephemeral volume %s: not staged, yet a staging target path %s is given", volumeID, req.GetStagingTargetPath())
 	}
-	size, params, err := parseEphemeral(req.GetVolumeContext())
+	size, params, err := volume.ParseEphemeral(req.GetVolumeContext())
 	if err != nil {
 		return nil, invalid("inline ephemeral volume %s: %v", volumeID, err)
 	}
-	name := ephemeralName(volumeID)
+	name := volume.EphemeralName(volumeID)
 	target := filepath.Clean(req.GetTargetPath())
 	if err := m.checkOtherMounts("target path", target, "", target); err != nil {
 		return nil, err
@@ -253,7 +200,7 @@ func (m *Manager) makeEphemeral(volumeID, name string, size int64, params volume
 // and otherwise the volume does not exist.
 func (s *Service) unpublishEphemeral(volumeID, target string) (*csi.NodeUnpublishVolumeResponse, error) {
 	m := s.m
-	name := ephemeralName(volumeID)
+	name := volume.EphemeralName(volumeID)
 	unlock, err := m.locks.Take(name, "NodeUnpublishVolume")
 	if err != nil {
 		return nil, err

@@ -3,8 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -33,53 +31,6 @@ type servedVolume struct {
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
 // successful unmount.
 const unmountWait = 10 * time.Second
-
-// mountOptions builds the FUSE mount options for staging: the StorageClass's mount options,
-// then what the driver decides. A mount group (the pod's fsGroup) becomes the owner group of
-// every file, since FAT records no owners, and unless the mount options set masks the group may
-// write, as Kubernetes expects of an fsGroup volume. allow_other is always on: pods run as
-// other users than the driver.
-func mountOptions(flags []string, group string, readOnly bool) (mountopt.Options, error) {
-	s, err := mountOptionString(flags, group, readOnly)
-	if err != nil {
-		return mountopt.Options{}, err
-	}
-	return mountopt.ParseOptions(s)
-}
-
-// mountOptionString is mountOptions as a -o string, as a mounter process is handed it.
-func mountOptionString(flags []string, group string, readOnly bool) (string, error) {
-	var opts []string
-	masks := false
-	for _, f := range flags {
-		for _, o := range strings.Split(f, ",") {
-			o = strings.TrimSpace(o)
-			if o == "" {
-				continue
-			}
-			key, _, _ := strings.Cut(o, "=")
-			if key == "umask" || key == "dmask" || key == "fmask" {
-				masks = true
-			}
-			opts = append(opts, o)
-		}
-	}
-	if group != "" {
-		gid, err := strconv.ParseUint(group, 10, 32)
-		if err != nil {
-			return "", fmt.Errorf("volume mount group %q is not a numeric group ID", group)
-		}
-		opts = append(opts, "gid="+strconv.FormatUint(gid, 10))
-		if !masks {
-			opts = append(opts, "umask=002")
-		}
-	}
-	opts = append(opts, "allow_other")
-	if readOnly {
-		opts = append(opts, "ro")
-	}
-	return strings.Join(opts, ","), nil
-}
 
 // serveVolume serves rec's file system on devPath at the staging path in this process. The
 // device is claimed (blockdev.Exclusive, or ExclusiveReadOnly for a read-only staging: a writer

@@ -15,6 +15,7 @@ import (
 	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/media"
 	"github.com/csi-fat/csi-fat/node/mounters"
+	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
@@ -24,7 +25,7 @@ import (
 // mounter, which serves them. This process then closes its copies: a FUSE descriptor nobody
 // serves would make applications hang instead of fail.
 func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.StageRecord) (*servedVolume, error) {
-	optString, err := mountOptionString(st.MountFlags, st.MountGroup, st.ReadOnly)
+	optString, err := serving.MountOptionString(st.MountFlags, st.MountGroup, st.ReadOnly)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -46,7 +47,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 		return nil, status.Errorf(code, format, args...)
 	}
 	devFD := int(dev.OSFile().Fd())
-	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: repairs(rec, st.ReadOnly), Partition: rec.Partition}}, m.cfg.Mounter.CheckLimit(), devFD)
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: serving.Repairs(rec, st.ReadOnly), Partition: rec.Partition}}, m.cfg.Mounter.CheckLimit(), devFD)
 	if err != nil {
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) {
@@ -58,7 +59,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 		}
 		return fail(mounters.StagingCode(err), "volume %s: checking the file system on %s: %v", rec.ID, devPath, err)
 	}
-	forceReadOnly, damage, err := judgeCheck(rec, resp.Check, st.ReadOnly)
+	forceReadOnly, damage, err := serving.JudgeCheck(rec, resp.Check, st.ReadOnly)
 	if err != nil {
 		p.Kill()
 		return nil, err
@@ -129,7 +130,7 @@ func (m *Manager) checkAdoptable(d media.Device, partition string) (string, erro
 		return "", fmt.Errorf("check %s: %w", d.Path, err)
 	}
 	if !res.Clean {
-		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, listProblems(res.Left, res.Total))
+		return "", fmt.Errorf("check %s: the file system needs repair: %s", d.Path, serving.ListProblems(res.Left, res.Total))
 	}
 	return res.Label, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/csi-fat/csi-fat/node/hostmount"
+	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -108,7 +109,7 @@ func sameStage(a, b *volume.StageRecord) bool {
 
 // stage mounts the volume at st.Path and records it. The caller holds the volume's lock.
 func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
-	opts, err := mountOptions(st.MountFlags, st.MountGroup, st.ReadOnly)
+	opts, err := serving.MountOptions(st.MountFlags, st.MountGroup, st.ReadOnly)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -146,7 +147,7 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 			return err
 		}
 		if forceReadOnly && !opts.ReadOnly {
-			if opts, err = mountOptions(st.MountFlags, st.MountGroup, true); err != nil {
+			if opts, err = serving.MountOptions(st.MountFlags, st.MountGroup, true); err != nil {
 				return invalid("%v", err)
 			}
 		}
@@ -260,7 +261,7 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if err := CheckCapability(req.GetVolumeCapability()); err != nil {
 		return nil, invalid("%v", err)
 	}
-	if isEphemeral(req.GetVolumeContext()) {
+	if volume.IsEphemeral(req.GetVolumeContext()) {
 		return s.publishEphemeral(ctx, req)
 	}
 	if err := checkPath("staging target path", req.GetStagingTargetPath()); err != nil {

@@ -2,7 +2,9 @@
 // its own process (--mounter=inprocess): the interface that package node/inprocess implements
 // and package node calls. It stands apart from both so that package node never imports the
 // engine: cmd/csi-fat hands node an Engine, and the import lists of the privileged packages
-// show that they leave what a medium holds alone.
+// show that they leave what a medium holds alone. It also holds what serving means whoever
+// serves (a mounter or this process): how the check before serving is judged against the
+// volume's onDamage policy, and the mount options a staged volume gets.
 package serving
 
 import (

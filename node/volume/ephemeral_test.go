@@ -1,10 +1,8 @@
-package node
+package volume
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 func TestParseEphemeral(t *testing.T) {
@@ -21,17 +19,17 @@ func TestParseEphemeral(t *testing.T) {
 		{map[string]string{"size": "1Ti"}, 1 << 40, 0},
 	}
 	for _, g := range good {
-		size, p, err := parseEphemeral(g.attrs)
-		if err != nil || size != g.size || p.FATType != g.fat || p.Pool != volume.PoolImage {
-			t.Errorf("parseEphemeral(%v) = %d, %+v, %v; want %d bytes, FAT%d", g.attrs, size, p, err, g.size, g.fat)
+		size, p, err := ParseEphemeral(g.attrs)
+		if err != nil || size != g.size || p.FATType != g.fat || p.Pool != PoolImage {
+			t.Errorf("ParseEphemeral(%v) = %d, %+v, %v; want %d bytes, FAT%d", g.attrs, size, p, err, g.size, g.fat)
 		}
 	}
 	for _, bad := range []map[string]string{
 		{"size": ""}, {"size": "0"}, {"size": "-5Mi"}, {"size": "1.5Gi"}, {"size": "64MiB"}, {"size": "2Ti"},
 		{"size": "99999999999999999999"}, {"pool": "usb"}, {"sizes": "1Gi"}, {"reclaim": "wipe"}, {"maxSize": "1Gi"},
 	} {
-		if _, _, err := parseEphemeral(bad); err == nil {
-			t.Errorf("parseEphemeral(%v) takes it", bad)
+		if _, _, err := ParseEphemeral(bad); err == nil {
+			t.Errorf("ParseEphemeral(%v) takes it", bad)
 		}
 	}
 }
@@ -41,9 +39,9 @@ func TestParseEphemeral(t *testing.T) {
 func TestEphemeralName(t *testing.T) {
 	seen := map[string]string{}
 	for _, id := range []string{"csi-abc", "../../etc/passwd", "a/b", "x\x00y", strings.Repeat("z", 1000), ""} {
-		name := ephemeralName(id)
-		if err := volume.ValidateName(name); err != nil {
-			t.Errorf("ephemeralName(%q) = %q: %v", id, name, err)
+		name := EphemeralName(id)
+		if err := ValidateName(name); err != nil {
+			t.Errorf("EphemeralName(%q) = %q: %v", id, name, err)
 		}
 		if other, ok := seen[name]; ok {
 			t.Errorf("%q and %q share the name %s", id, other, name)
