@@ -113,9 +113,6 @@ func NewManager(cfg Config) (*Manager, error) {
 		prober:   prober.New(cfg.Mounter, cfg.InProcess),
 		served:   map[string]*servedVolume{},
 	}
-	if cfg.USB != nil {
-		m.media = mediapool.New(cfg.USB, m.prober, m.checkAdoptable, m.volumeRecords)
-	}
 	if err := m.images.RemoveLeftovers(); err != nil {
 		return nil, err
 	}
@@ -124,6 +121,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.store = store
+	if cfg.USB != nil {
+		m.media = mediapool.New(cfg.USB, m.prober, m.checkAdoptable, store.VolumeRecords)
+	}
 	m.snapshots = snapshots.New(snapshots.Config{
 		NodeID: cfg.NodeID, MaxVolumes: cfg.MaxVolumes, Store: store, Locks: m.locks, Provision: &m.provision,
 		Images: &m.images, USB: cfg.USB, Media: m.media, Volumes: copySources{m},

@@ -82,7 +82,7 @@ func (m *Manager) Restore() error {
 			failed = append(failed, rec.ID+" at "+target)
 		}
 	}
-	m.launcher.RemoveOrphans(m.stagedRecords)
+	m.launcher.RemoveOrphans(m.store.StageRecords)
 	if len(failed) > 0 {
 		return fmt.Errorf("restore: %d volume(s) could not be served again: %v", len(failed), failed)
 	}

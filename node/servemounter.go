@@ -145,17 +145,6 @@ func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*serv
 	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: s.CheckDamage}, nil
 }
 
-// stagedRecords copies the staged volumes' records, for the launcher's look for orphans.
-func (m *Manager) stagedRecords() []volume.StageRecord {
-	m.store.Lock()
-	defer m.store.Unlock()
-	out := make([]volume.StageRecord, 0, len(m.store.Staged))
-	for _, st := range m.store.Staged {
-		out = append(out, *st)
-	}
-	return out
-}
-
 // stagedOn tells whether a volume on the device (any of its partitions) is staged.
 func (m *Manager) stagedOn(device string) bool {
 	m.store.Lock()
@@ -166,15 +155,4 @@ func (m *Manager) stagedOn(device string) bool {
 		}
 	}
 	return false
-}
-
-// volumeRecords copies the records of the node's volumes, for the removable-media pool's claims.
-func (m *Manager) volumeRecords() []volume.Record {
-	m.store.Lock()
-	defer m.store.Unlock()
-	out := make([]volume.Record, 0, len(m.store.Volumes))
-	for _, v := range m.store.Volumes {
-		out = append(out, *v)
-	}
-	return out
 }

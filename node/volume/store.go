@@ -27,3 +27,25 @@ func OpenStore(dir string) (*Store, error) {
 
 // SaveLocked writes the state to its file, durably; the caller holds the mutex.
 func (s *Store) SaveLocked() error { return s.State.Save(s.path) }
+
+// VolumeRecords copies the records of the node's volumes. It takes the mutex.
+func (s *Store) VolumeRecords() []Record {
+	return copyOut(s, func() map[string]*Record { return s.Volumes })
+}
+
+// StageRecords copies the records of the staged volumes. It takes the mutex.
+func (s *Store) StageRecords() []StageRecord {
+	return copyOut(s, func() map[string]*StageRecord { return s.Staged })
+}
+
+// copyOut copies the records of one of the state's maps under the mutex.
+func copyOut[R any](s *Store, records func() map[string]*R) []R {
+	s.Lock()
+	defer s.Unlock()
+	m := records()
+	out := make([]R, 0, len(m))
+	for _, r := range m {
+		out = append(out, *r)
+	}
+	return out
+}
