@@ -20,7 +20,7 @@ func (c *checker) next(cl uint32) uint32 {
 // the in-memory FAT. Running into another file's clusters is left to checkFile. Ownership is
 // taken for the walk and given back afterwards.
 func (c *checker) testChain(i int32) {
-	f := &c.files[i]
+	f := c.recs.at(i)
 	me := uint32(i) + 1
 	var prev uint32
 	n := 0
@@ -53,7 +53,7 @@ func (c *checker) testChain(i int32) {
 // checkFile checks file i's entry and claims its chain, like fsck.fat's check_file; what
 // fsck.fat would cut it cuts in the in-memory FAT so that later checks see the repaired chain.
 func (c *checker) checkFile(i int32) {
-	f := &c.files[i]
+	f := c.recs.at(i)
 	if f.deleted {
 		return
 	}
@@ -68,13 +68,13 @@ func (c *checker) checkFile(i int32) {
 			return
 		}
 		if p := f.parent; p >= 0 && (p > 0 || c.g.Type == ondisk.FAT32) {
-			if f.start == c.files[p].start {
+			if f.start == c.recs.at(p).start {
 				c.problem(BadEntry, Error, c.path(i), f.start, f.entryOff, "directory start cluster %d points to its containing directory", f.start)
 				f.deleted = true
 				return
 			}
-			if gp := c.files[p].parent; gp >= 0 {
-				g := c.files[gp].start
+			if gp := c.recs.at(p).parent; gp >= 0 {
+				g := c.recs.at(gp).start
 				if c.g.Type == ondisk.FAT32 && g == c.g.RootCluster {
 					g = 0
 				}
@@ -139,10 +139,10 @@ func (c *checker) cutAfter(i int32, prev uint32) {
 		return
 	}
 	if i == 0 {
-		c.problem(BrokenChain, Error, "/", c.files[0].start, -1, "the FAT32 root directory has no valid first cluster")
+		c.problem(BrokenChain, Error, "/", c.recs.at(0).start, -1, "the FAT32 root directory has no valid first cluster")
 	}
-	c.files[i].start = 0
-	c.files[i].entryChanged = true
+	c.recs.at(i).start = 0
+	c.recs.at(i).entryChanged = true
 }
 
 // freeTail frees, in memory, the unowned clusters from cl on, as fsck.fat's truncate_file

@@ -13,7 +13,7 @@ import (
 const (
 	maxProblems   = 10000   // problems listed; the rest are counted in Report.Omitted
 	maxDirEntries = 1 << 21 // entries read from one directory (64 MiB, 32 times FAT's 65536)
-	maxRecords    = 1 << 23 // entries kept in memory for the whole volume (about 80 bytes each)
+	maxRecords    = 1 << 23 // entries kept in memory for the whole volume (64 bytes each, and their names)
 	maxPathLen    = 4096    // bytes of a printed path
 )
 
@@ -28,7 +28,7 @@ type checker struct {
 	rep   *Report
 	fat   fatTable
 	owner []uint32 // per cluster: 1 + index into files of the file that owns it; 0 if none
-	files []fileRec
+	recs  records
 	lfn   lfnState
 	// fatRaw is the bytes of the FAT copy in use as read (fatBytes of them, plus one), the
 	// base onto which Repair encodes the repaired table.

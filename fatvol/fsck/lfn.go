@@ -16,7 +16,8 @@ type lfnState struct {
 	units    []uint16 // 13 per slot, in name order
 	offsets  []int64  // device offsets of the entries seen, in disk order
 	dir      string   // path of the directory being read, for messages
-	// lastOffsets are the offsets of the long name lfnGet returned last.
+	// lastOffsets are the offsets of the long name lfnGet returned last (reused: the records copy
+	// what they keep).
 	lastOffsets []int64
 }
 
@@ -120,7 +121,7 @@ func lfnChars(raw []byte) []uint16 {
 // and the offset of its first long-name entry.
 func (c *checker) lfnGet(name ondisk.ShortName, dir int32, shortName string, off int64) (string, int64) {
 	s := &c.lfn
-	s.lastOffsets = nil
+	s.lastOffsets = s.lastOffsets[:0]
 	if s.slot == -1 {
 		return "", -1
 	}
@@ -135,7 +136,7 @@ func (c *checker) lfnGet(name ondisk.ShortName, dir int32, shortName string, off
 		c.problem(LFNChecksum, Warning, c.childPath(dir, shortName), 0, s.offsets[0], "wrong checksum for long file name %q: entries carry %02x, short name %s sums to %02x", long, s.checksum, displayShortName(name, 0), got)
 	}
 	first := s.offsets[0]
-	s.lastOffsets = append([]int64(nil), s.offsets...)
+	s.lastOffsets = append(s.lastOffsets[:0], s.offsets...)
 	s.clear()
 	return long, first
 }

@@ -26,7 +26,7 @@ type dotDot struct {
 // renamePair tells whether file i, whose first cluster file o claimed, is o's other name in an
 // interrupted rename, and records the pair: i is then not checked or descended into further.
 func (c *checker) renamePair(i, o int32) bool {
-	f, g := &c.files[i], &c.files[o]
+	f, g := c.recs.at(i), c.recs.at(o)
 	if o <= 0 || f.pair != 0 || g.pair != 0 || f.start != g.start || f.size != g.size || f.attr != g.attr || f.renameNew == g.renameNew {
 		return false
 	}
@@ -36,8 +36,8 @@ func (c *checker) renamePair(i, o int32) bool {
 }
 
 func (c *checker) pairUp(i, o int32) {
-	c.files[i].pair, c.files[o].pair = o+1, i+1
-	if c.files[i].renameNew {
+	c.recs.at(i).pair, c.recs.at(o).pair = o+1, i+1
+	if c.recs.at(i).renameNew {
 		c.pairs = append(c.pairs, [2]int32{i, o})
 	} else {
 		c.pairs = append(c.pairs, [2]int32{o, i})
@@ -53,23 +53,35 @@ func (c *checker) pairEmptyFiles() {
 		attr  uint8
 		stamp [11]byte
 	}
-	unmarked := map[key][]int32{}
+	empty := func(f *fileRec) bool {
+		return f.start == 0 && f.size == 0 && !f.entryChanged && !f.isDir() && f.attr&ondisk.AttrVolumeID == 0
+	}
+	// The marked ones first: there are none but after a crash in a rename, and only their keys
+	// are looked for among the rest, so a volume of many empty files costs no map of them.
 	var marked []int32
-	for i := int32(1); i < int32(len(c.files)); i++ {
-		f := &c.files[i]
-		if f.start != 0 || f.size != 0 || f.entryChanged || f.isDir() || f.attr&ondisk.AttrVolumeID != 0 {
+	unmarked := map[key][]int32{}
+	for i := int32(1); i < c.recs.len(); i++ {
+		if f := c.recs.at(i); f.renameNew && empty(f) {
+			marked = append(marked, i)
+			unmarked[key{f.size, f.attr, f.stamps}] = nil
+		}
+	}
+	if len(marked) == 0 {
+		return
+	}
+	for i := int32(1); i < c.recs.len(); i++ {
+		f := c.recs.at(i)
+		if f.renameNew || !empty(f) {
 			continue
 		}
-		if f.renameNew {
-			marked = append(marked, i)
-		} else {
-			k := key{f.size, f.attr, f.stamps}
-			unmarked[k] = append(unmarked[k], i)
+		k := key{f.size, f.attr, f.stamps}
+		if o, ok := unmarked[k]; ok && len(o) < 2 {
+			unmarked[k] = append(o, i) // two are as many as none: no pair
 		}
 	}
 	for _, i := range marked {
-		f := &c.files[i]
-		if o := unmarked[key{f.size, f.attr, f.stamps}]; len(o) == 1 && c.files[o[0]].pair == 0 {
+		f := c.recs.at(i)
+		if o := unmarked[key{f.size, f.attr, f.stamps}]; len(o) == 1 && c.recs.at(o[0]).pair == 0 {
 			c.pairUp(i, o[0])
 		}
 	}
@@ -80,7 +92,7 @@ func (c *checker) parentStart(p int32) uint32 {
 	if p <= 0 {
 		return 0
 	}
-	s := c.files[p].start
+	s := c.recs.at(p).start
 	if c.g.Type == ondisk.FAT32 && s == c.g.RootCluster {
 		return 0
 	}
@@ -91,10 +103,10 @@ func (c *checker) parentStart(p int32) uint32 {
 // with two names, the other name's parent.
 func (c *checker) settleDotDots() {
 	for _, dd := range c.dotDots {
-		if p := c.files[dd.dir].pair; p != 0 && dd.got == c.parentStart(c.files[p-1].parent) {
+		if p := c.recs.at(dd.dir).pair; p != 0 && dd.got == c.parentStart(c.recs.at(p-1).parent) {
 			continue
 		}
-		expect := c.parentStart(c.files[dd.dir].parent)
+		expect := c.parentStart(c.recs.at(dd.dir).parent)
 		c.problem(DotEntries, Error, c.path(dd.dir), expect, dd.off, "invalid '..' entry in the second slot: cluster %d, attributes 0x%02x (want cluster %d, a directory)",
 			dd.got, dd.attr, expect)
 	}
@@ -103,7 +115,7 @@ func (c *checker) settleDotDots() {
 // reportRenames reports each interrupted rename.
 func (c *checker) reportRenames() {
 	for _, p := range c.pairs {
-		n := &c.files[p[0]]
+		n := c.recs.at(p[0])
 		c.problem(InterruptedRename, Error, c.path(p[0]), n.start, n.entryOff,
 			"a rename was cut short: %s is the old name of this file (same first cluster, size and attributes; this entry is marked as the new name), which is kept", c.path(p[1]))
 	}
@@ -118,7 +130,7 @@ func (c *checker) resolveInterrupted() error {
 		return nil
 	}
 	for _, p := range c.pairs {
-		n := &c.files[p[0]]
+		n := c.recs.at(p[0])
 		if !n.isDir() || !c.inData(n.start) {
 			continue
 		}
@@ -142,8 +154,7 @@ func (c *checker) resolveInterrupted() error {
 	}
 	var gone []int64
 	for _, p := range c.pairs {
-		o := &c.files[p[1]]
-		gone = append(append(gone, o.lfnOffs...), o.entryOff)
+		gone = append(append(gone, c.recs.lfnOffsets(p[1])...), c.recs.at(p[1]).entryOff)
 	}
 	for _, offs := range c.orphanLFNs {
 		gone = append(gone, offs...)
@@ -157,7 +168,7 @@ func (c *checker) resolveInterrupted() error {
 		return err
 	}
 	for _, p := range c.pairs {
-		n := &c.files[p[0]]
+		n := c.recs.at(p[0])
 		var b [1]byte
 		if err := c.readAt(b[:], n.entryOff+12); err != nil {
 			return err

@@ -43,9 +43,9 @@ func renameVol(t *testing.T, fatType string) (img string, tree map[string][]byte
 // recordOf finds the checker's record of the file at path.
 func recordOf(t *testing.T, c *checker, path string) *fileRec {
 	t.Helper()
-	for i := range c.files {
-		if c.path(int32(i)) == path {
-			return &c.files[i]
+	for i := int32(0); i < c.recs.len(); i++ {
+		if c.path(i) == path {
+			return c.recs.at(i)
 		}
 	}
 	t.Fatalf("%s not found", path)

@@ -158,8 +158,8 @@ func (c *checker) setDirtyBit(dirty bool) error {
 // writeEntries writes the start cluster and size of every directory entry the check changed:
 // sizes cut to their chain, starts cleared where a file of size 0 had a chain.
 func (c *checker) writeEntries() error {
-	for i := range c.files {
-		f := &c.files[i]
+	for i := int32(0); i < c.recs.len(); i++ {
+		f := c.recs.at(i)
 		if !f.entryChanged || f.entryOff < 0 {
 			continue
 		}

@@ -6,31 +6,6 @@ import (
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
-// fileRec is one directory entry found during the walk. Index 0 is the root directory.
-type fileRec struct {
-	name     string // long name, else the short name as displayed
-	short    ondisk.ShortName
-	entryOff int64 // device offset of the short entry; -1 for the root
-	parent   int32 // index of the containing directory; -1 for the root
-	start    uint32
-	size     uint32
-	attr     uint8
-	ntCase   uint8
-	hasLFN   bool
-	deleted  bool // fsck.fat would delete it: it is not descended into
-	// entryChanged: the check changed start or size in memory as fsck.fat would on disk.
-	entryChanged bool
-	badName      bool
-	// renameNew: the entry carries ondisk.RenameNew. pair: 1 + the index of the other name of
-	// the same file when the two are an interrupted rename, 0 when not.
-	renameNew bool
-	pair      int32
-	lfnOffs   []int64  // device offsets of its long-name entries
-	stamps    [11]byte // creation and modification times and access date (bytes 13-19, 22-25)
-}
-
-func (f *fileRec) isDir() bool { return f.attr&ondisk.AttrDirectory != 0 }
-
 // path renders the path of file i from the root.
 func (c *checker) path(i int32) string {
 	if i <= 0 {
@@ -38,9 +13,10 @@ func (c *checker) path(i int32) string {
 	}
 	var parts []string
 	n := 0
-	for j := i; j > 0 && n < maxPathLen; j = c.files[j].parent {
-		parts = append(parts, c.files[j].name)
-		n += len(c.files[j].name) + 1
+	for j := i; j > 0 && n < maxPathLen; j = c.recs.at(j).parent {
+		name := c.recs.name(c.recs.at(j))
+		parts = append(parts, name)
+		n += len(name) + 1
 	}
 	var b strings.Builder
 	if n >= maxPathLen {
@@ -71,7 +47,7 @@ func (c *checker) walk() error {
 	if c.g.Type == ondisk.FAT32 {
 		root.start = c.g.RootCluster
 	}
-	c.files = append(c.files, root)
+	c.recs.add(root, "", nil)
 	if c.g.Type == ondisk.FAT32 {
 		// fsck.fat treats the FAT32 root as a file of its own: its chain is checked and
 		// claimed before its entries are read.
@@ -86,8 +62,8 @@ func (c *checker) walk() error {
 		if err != nil {
 			return err
 		}
-		for i := int32(len(c.files)) - 1; i >= first; i-- {
-			if f := &c.files[i]; f.isDir() && !f.deleted && f.parent == d {
+		for i := c.recs.len() - 1; i >= first; i-- {
+			if f := c.recs.at(i); f.isDir() && !f.deleted && f.parent == d {
 				stack = append(stack, i)
 			}
 		}
@@ -99,7 +75,7 @@ func (c *checker) walk() error {
 func (c *checker) dirClusters(d int32) []uint32 {
 	var out []uint32
 	me := uint32(d) + 1
-	for cl := c.files[d].start; cl >= 2 && cl < uint32(len(c.owner)) && c.owner[cl] == me; cl = c.fat.entries[cl] {
+	for cl := c.recs.at(d).start; cl >= 2 && cl < uint32(len(c.owner)) && c.owner[cl] == me; cl = c.fat.entries[cl] {
 		out = append(out, cl)
 		if len(out)*c.g.ClusterSize/ondisk.DirEntrySize >= maxDirEntries {
 			break
@@ -133,7 +109,7 @@ func (c *checker) dirExtents(d int32) []extent {
 // scanDir reads directory d, records its entries, checks them and claims their chains. It
 // returns the index of its first new record.
 func (c *checker) scanDir(d int32) (int32, error) {
-	first := int32(len(c.files))
+	first := c.recs.len()
 	dirPath := c.path(d)
 	c.lfn.reset(dirPath)
 	index := 0
@@ -164,7 +140,7 @@ func (c *checker) scanDir(d int32) (int32, error) {
 		c.problem(Limit, Error, dirPath, 0, -1, "directory has more than %d entries; the rest was not checked", maxDirEntries)
 	}
 	c.lfnOrphanCheck()
-	last := int32(len(c.files))
+	last := c.recs.len()
 	c.checkNames(d, first, last)
 	for i := first; i < last; i++ {
 		c.checkFile(i)
@@ -186,7 +162,7 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 		c.lfnAddSlot(raw, off)
 		return
 	}
-	if len(c.files) >= maxRecords {
+	if c.recs.len() >= maxRecords {
 		c.problem(Limit, Error, c.path(d), 0, off, "more than %d directory entries on the volume; checking stopped", maxRecords)
 		c.stopped = true
 		return
@@ -198,15 +174,13 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 	}
 	shortName := displayShortName(e.Name, e.NTCase)
 	long, _ := c.lfnGet(e.Name, d, shortName, off)
-	rec.name, rec.hasLFN = shortName, long != ""
-	if rec.hasLFN {
-		rec.lfnOffs = c.lfn.lastOffsets
-	}
+	name := shortName
+	rec.hasLFN = long != ""
 	rec.renameNew = e.NTCase&ondisk.RenameNew != 0
 	copy(rec.stamps[:7], raw[13:20])
 	copy(rec.stamps[7:], raw[22:26])
 	if long != "" {
-		rec.name = long
+		name = long
 	}
 	if d == 0 && !c.labelFound && !c.rootEndSeen && e.Attr&ondisk.AttrVolumeID != 0 {
 		c.label, c.labelFound, c.labelOff = e.Name, true, off
@@ -216,8 +190,16 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 	} else {
 		c.rep.Files++
 	}
-	c.files = append(c.files, rec)
-	i := int32(len(c.files) - 1)
+	var lfnOffs []int64
+	if rec.hasLFN {
+		lfnOffs = c.lfn.lastOffsets
+	}
+	i := c.recs.add(rec, name, lfnOffs)
+	if i < 0 {
+		c.problem(Limit, Error, c.path(d), 0, off, "the names of the volume's directory entries take more than %d bytes; checking stopped", int64(maxNameBytes))
+		c.stopped = true
+		return
+	}
 	if e.Attr&ondisk.AttrVolumeID != 0 && d != 0 {
 		c.problem(BadEntry, Warning, c.path(i), 0, off, "volume label entry outside the root directory")
 	}
@@ -230,12 +212,12 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 // checkDot checks the '.' (dotdot false) or '..' entry of directory d like fsck.fat's handle_dot.
 func (c *checker) checkDot(d int32, dotdot bool, raw []byte, off int64) {
 	name, want, slot := ".", ondisk.Dot, "first"
-	expect := c.files[d].start
+	expect := c.recs.at(d).start
 	if dotdot {
 		name, want, slot = "..", ondisk.DotDot, "second"
 		expect = 0
-		if p := c.files[d].parent; p > 0 {
-			expect = c.files[p].start
+		if p := c.recs.at(d).parent; p > 0 {
+			expect = c.recs.at(p).start
 			if expect == c.g.RootCluster && c.g.Type == ondisk.FAT32 {
 				expect = 0
 			}
@@ -271,7 +253,7 @@ func (c *checker) checkDot(d int32, dotdot bool, raw []byte, off int64) {
 func (c *checker) checkNames(d, first, last int32) {
 	good, bad := 0, 0
 	for i := first; i < last; i++ {
-		f := &c.files[i]
+		f := c.recs.at(i)
 		f.badName = badShortName(f.short, f.ntCase, f.hasLFN)
 		if f.badName {
 			bad++
@@ -280,11 +262,11 @@ func (c *checker) checkNames(d, first, last int32) {
 		}
 	}
 	if (d != 0 || c.g.Type == ondisk.FAT32) && good+bad > 4 && bad > good/2 {
-		c.problem(BadEntry, Warning, c.path(d), 0, c.files[d].entryOff, "has a large number of bad entries (%d/%d)", bad, good+bad)
+		c.problem(BadEntry, Warning, c.path(d), 0, c.recs.at(d).entryOff, "has a large number of bad entries (%d/%d)", bad, good+bad)
 	}
 	seen := make(map[ondisk.ShortName]int32)
 	for i := first; i < last; i++ {
-		f := &c.files[i]
+		f := c.recs.at(i)
 		if f.attr&ondisk.AttrVolumeID != 0 {
 			continue
 		}
@@ -295,7 +277,7 @@ func (c *checker) checkNames(d, first, last int32) {
 		}
 		if j, dup := seen[f.short]; dup {
 			c.problem(DuplicateName, Error, c.path(j), 0, f.entryOff, "duplicate directory entry %s: first at offset %d, second at offset %d",
-				displayShortName(f.short, 0), c.files[j].entryOff, f.entryOff)
+				displayShortName(f.short, 0), c.recs.at(j).entryOff, f.entryOff)
 			continue
 		}
 		seen[f.short] = i
