@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/csi-fat/csi-fat/internal/testenv"
+	"github.com/csi-fat/csi-fat/node/mounters"
 )
 
 // usage returns the usage entry of a unit.
@@ -173,10 +174,17 @@ func TestTopology(t *testing.T) {
 }
 
 // TestMetrics: the metrics endpoint counts CSI calls by method and code, and the device
-// requests, bytes and flushes of a staged volume.
+// requests, bytes and flushes of a staged volume, and the files its server holds for the kernel
+// (and a mounter's resident memory), in process and in mounter mode.
 func TestMetrics(t *testing.T) {
 	requireFUSE(t)
-	td := startDriver(t, "", func(c *Config) { c.MetricsAddress = "127.0.0.1:0" })
+	for _, mode := range []string{mounters.InProcess, mounters.Process} {
+		t.Run(mode, func(t *testing.T) { testMetrics(t, mode) })
+	}
+}
+
+func testMetrics(t *testing.T, mode string) {
+	td := startDriver(t, "", func(c *Config) { c.MetricsAddress = "127.0.0.1:0"; c.Node.Mounter.Mode = mode })
 	ctx := context.Background()
 	vol, err := td.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "metered", VolumeCapabilities: []*csi.VolumeCapability{rw},
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}})
@@ -188,6 +196,16 @@ func TestMetrics(t *testing.T) {
 	dir := t.TempDir()
 	target := stageAndPublish(t, td, id, dir)
 	writeSynced(t, filepath.Join(target, "data.bin"), strings.Repeat("x", 1<<20))
+	// Files the kernel looks up are nodes the server holds.
+	const files = 40
+	if err := os.Mkdir(filepath.Join(target, "many"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < files; i++ {
+		if err := os.WriteFile(filepath.Join(target, "many", fmt.Sprintf("f%02d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	body := scrapeMetrics(t, td)
 	metric := func(name, labels string) float64 {
@@ -221,6 +239,21 @@ func TestMetrics(t *testing.T) {
 	}
 	if v := metric("csi_fat_volume_dirty_bytes", `volume_id="`+id+`"`); v != 0 {
 		t.Errorf("dirty bytes = %v after fsync, want 0", v)
+	}
+	// The root, data.bin, many and its files, unless the kernel forgot some meanwhile.
+	if v := metric("csi_fat_volume_server_nodes", `volume_id="`+id+`"`); v < files || v > files+3 {
+		t.Errorf("server nodes = %v with %d files just made, want %d to %d", v, files, files, files+3)
+	}
+	resident := regexp.MustCompile(`(?m)^csi_fat_volume_server_resident_bytes\{volume_id="` + regexp.QuoteMeta(id) + `"\} (\S+)$`).FindStringSubmatch(body)
+	switch {
+	case mode == mounters.Process && resident == nil:
+		t.Errorf("no resident memory of the volume's mounter in:\n%s", body)
+	case mode == mounters.Process:
+		if v, _ := strconv.ParseFloat(resident[1], 64); v < 4<<20 || v > 1<<30 {
+			t.Errorf("the mounter's resident memory = %v bytes", v)
+		}
+	case resident != nil:
+		t.Errorf("a resident memory for a volume served in the plugin's process: %s", resident[0])
 	}
 	unpublishAndUnstage(t, td, id, dir)
 }

@@ -211,6 +211,14 @@ func (s *Server) Failure() error {
 	return nil
 }
 
+// Nodes counts the files and directories the kernel knows (looked up and not yet forgotten),
+// for each of which the server holds a node.
+func (s *Server) Nodes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byIno)
+}
+
 // writable refuses changes once the mount went read-only.
 func (s *Server) writable() syscall.Errno {
 	if s.opts.ReadOnly || s.readOnly.Load() {

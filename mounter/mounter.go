@@ -50,6 +50,7 @@ type Server struct {
 	vol        *fatvol.Volume
 	srv        *fatfuse.Server
 	checkDmg   string
+	bound      int64         // the memory the process is held to (its pod's limit), 0: none
 	served     bool          // serve succeeded once; a second serve is refused
 	done       chan struct{} // closed once the session ended and the volume was closed
 	closeErr   error
@@ -215,6 +216,8 @@ func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response 
 		return fail(errors.New("nothing is held on this connection: release follows hold on the connection that holds"), protocol.CodeInvalid)
 	case protocol.OpGrow:
 		return s.grow()
+	case protocol.OpMemory:
+		return &protocol.Response{Memory: s.memory()}
 	}
 	return fail(fmt.Errorf("unknown operation %q", req.Op), protocol.CodeInvalid)
 }
@@ -243,6 +246,12 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 		return fail(err, "")
 	}
 	defer dev.Close()
+	if b := req.Check.MemoryLimit; b > 0 {
+		holdMemory(b, 0) // no page buffers yet
+		s.mu.Lock()
+		s.bound = b
+		s.mu.Unlock()
+	}
 	fault("check", req.Volume)
 	res, err := Check(dev, req.Check.Partition, req.Check.Repair, req.Check.Walk)
 	if err != nil {
@@ -309,6 +318,14 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync
 	vo.CacheBytes = a.CacheBytes
+	if a.MemoryLimit > 0 {
+		cache := a.CacheBytes
+		if cache <= 0 {
+			cache = fatvol.DefaultCacheBytes
+		}
+		holdMemory(a.MemoryLimit, cache)
+		s.bound = a.MemoryLimit
+	}
 	vo.Checked = a.Checked
 	vo.Logger = s.log.With("volume", req.Volume)
 	vol, err := fatvol.Open(dev, vo)

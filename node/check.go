@@ -57,7 +57,9 @@ func (m *Manager) checkCopy(rec volume.Record, dst *os.File) error {
 // checkInMounter checks the file system on f in a short-lived mounter of its own, named name,
 // as args say (repair, walk), so that this process never parses what a medium holds.
 func (m *Manager) checkInMounter(name string, f *os.File, args protocol.CheckArgs) (*protocol.CheckResult, error) {
-	p, err := m.launcher.Start(volume.Record{ID: name, Name: name})
+	rec := volume.Record{ID: name, Name: name}
+	args.MemoryLimit = m.launcher.MemoryBound(rec)
+	p, err := m.launcher.Start(rec)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,15 @@ var (
 	descDirty = prometheus.NewDesc("csi_fat_volume_dirty_bytes",
 		"File data of a staged volume written to the cache and not yet to the device.",
 		[]string{"volume_id"}, nil)
+	descNodes = prometheus.NewDesc("csi_fat_volume_server_nodes",
+		"Files and directories of a staged volume that the kernel knows and its server holds in memory.",
+		[]string{"volume_id"}, nil)
+	descResident = prometheus.NewDesc("csi_fat_volume_server_resident_bytes",
+		"Resident memory of a staged volume's mounter (not reported for a volume served in the plugin's process).",
+		[]string{"volume_id"}, nil)
+	descBound = prometheus.NewDesc("csi_fat_volume_server_memory_bound_bytes",
+		"The memory a staged volume's mounter is held to (its pod's overhead plus the volume's cache size; not reported when unbounded).",
+		[]string{"volume_id"}, nil)
 	descStaged = prometheus.NewDesc("csi_fat_volumes",
 		"Volumes on this node, by pool, and how many of them are staged.",
 		[]string{"pool", "staged"}, nil)
@@ -39,7 +48,7 @@ func NewCollector(m *Manager) *Collector { return &Collector{m: m} }
 
 // Describe sends the descriptions of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descStaged, descUSBDevices} {
+	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descNodes, descResident, descBound, descStaged, descUSBDevices} {
 		ch <- d
 	}
 }
@@ -82,6 +91,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes), it.id)
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Errors), it.id)
 		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(h.dirty), it.id)
+		if mem := it.sv.memory(); mem != nil {
+			ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(mem.Nodes), it.id)
+			if mem.Resident > 0 {
+				ch <- prometheus.MustNewConstMetric(descResident, prometheus.GaugeValue, float64(mem.Resident), it.id)
+			}
+			if mem.Bound > 0 {
+				ch <- prometheus.MustNewConstMetric(descBound, prometheus.GaugeValue, float64(mem.Bound), it.id)
+			}
+		}
 	}
 }
 

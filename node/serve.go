@@ -190,3 +190,16 @@ func (sv *servedVolume) hold(limit time.Duration) (release func() (time.Duration
 	}
 	return sv.remote.Hold(limit)
 }
+
+// memory is what the volume's server holds in memory; nil when its mounter is too old to say
+// or does not answer.
+func (sv *servedVolume) memory() *protocol.Memory {
+	if sv.local != nil {
+		return sv.local.Memory()
+	}
+	m, err := sv.remote.Memory()
+	if err != nil {
+		return nil
+	}
+	return m
+}

@@ -47,7 +47,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 		return nil, status.Errorf(code, format, args...)
 	}
 	devFD := int(dev.OSFile().Fd())
-	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: serving.Repairs(rec, st.ReadOnly), Partition: rec.Partition}}, m.cfg.Mounter.CheckLimit(), devFD)
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: serving.Repairs(rec, st.ReadOnly), Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec)}}, m.cfg.Mounter.CheckLimit(), devFD)
 	if err != nil {
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) {
@@ -76,7 +76,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 	}
 	args := &protocol.ServeArgs{
 		Options: mounters.ServeOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
-		Damage: damage, Checked: true, Partition: rec.Partition,
+		Damage: damage, Checked: true, Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec),
 	}
 	fds := []int{devFD, int(fuseFile.Fd())}
 	// The mounter may not open the device: it gets the twin for direct reads and writes from

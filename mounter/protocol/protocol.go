@@ -58,13 +58,18 @@ const (
 	// while in use; the answer's Grow says the new size. A mounter older than this operation
 	// answers it as unknown (CodeInvalid), so the version stays.
 	OpGrow = "grow"
+	// OpMemory reports the mounter's memory against its bound (Response.Memory). It is an
+	// operation of its own, not a field of Status, because a peer refuses fields it does not
+	// know: a mounter older than it answers it as unknown (CodeInvalid), and an older plugin,
+	// which never asks, never meets the field.
+	OpMemory = "memory"
 )
 
 // MaxHold bounds HoldArgs.Limit: applications wait while a volume is held.
 const MaxHold = time.Hour
 
 // FDCount is how many descriptors each operation carries.
-var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0, OpHold: 0, OpRelease: 0, OpGrow: 0}
+var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0, OpHold: 0, OpRelease: 0, OpGrow: 0, OpMemory: 0}
 
 // Request is what the plugin asks.
 type Request struct {
@@ -91,6 +96,9 @@ type CheckArgs struct {
 	// mounter older than the field refuses a request with it (unknown fields are refused), never
 	// checks another partition than the one named.
 	Partition string `json:"partition,omitempty"`
+	// MemoryLimit is the memory the mounter is held to (its pod's limit), 0 for none: the
+	// mounter sets the Go runtime's limit below it. Left out when 0, as Partition.
+	MemoryLimit int64 `json:"memoryLimit,omitempty"`
 }
 
 // ServeArgs say how to serve.
@@ -118,6 +126,11 @@ type ServeArgs struct {
 	// serves writes). The mounter cannot open the device itself. A mounter older than this field
 	// refuses the third descriptor.
 	Direct bool `json:"direct,omitempty"`
+	// MemoryLimit is the memory the mounter is held to (its pod's limit: the pod's overhead
+	// plus CacheBytes), 0 for none: the mounter sets the Go runtime's limit to what the engine's
+	// page buffers (outside the Go heap, CacheBytes at most) and the binary leave of it. Left out
+	// when 0; a mounter older than the field refuses a request with it.
+	MemoryLimit int64 `json:"memoryLimit,omitempty"`
 }
 
 // HoldArgs say how long a hold may last at most.
@@ -143,6 +156,7 @@ type Response struct {
 	Status *Status      `json:"status,omitempty"`
 	Hold   *HoldResult  `json:"hold,omitempty"`
 	Grow   *GrowResult  `json:"grow,omitempty"`
+	Memory *Memory      `json:"memory,omitempty"`
 }
 
 // Error codes.
@@ -197,6 +211,19 @@ type Status struct {
 	// Stats are the statfs figures; StatsError says why they are missing.
 	Stats      *Stats `json:"stats,omitempty"`
 	StatsError string `json:"statsError,omitempty"`
+}
+
+// Memory is what a server holds in memory (OpMemory). A mounter reports its process's figures;
+// the plugin's in-process server only Nodes, since the process is the plugin's.
+type Memory struct {
+	// Resident is the process's resident memory in bytes.
+	Resident int64 `json:"resident,omitempty"`
+	// Bound is what the process is held to (ServeArgs.MemoryLimit), GoLimit the Go runtime's
+	// memory limit set from it; 0 for none.
+	Bound   int64 `json:"bound,omitempty"`
+	GoLimit int64 `json:"goLimit,omitempty"`
+	// Nodes are the files and directories the kernel knows and the server holds for it.
+	Nodes int64 `json:"nodes"`
 }
 
 // Device are the device's counters.

@@ -60,3 +60,5 @@ func (s *server) Hold(limit time.Duration) (func() (time.Duration, error), error
 	}
 	return h.Release, nil
 }
+
+func (s *server) Memory() *protocol.Memory { return &protocol.Memory{Nodes: int64(s.srv.Nodes())} }

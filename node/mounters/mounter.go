@@ -244,3 +244,20 @@ func (p *Mounter) Remove() {
 	os.Remove(p.socket)
 	os.Remove(p.logPath)
 }
+
+// Memory asks the mounter for its memory against its bound. A mounter older than the operation
+// answers it as unknown: nil, with no error.
+func (p *Mounter) Memory() (*protocol.Memory, error) {
+	if p.IsGone() {
+		return nil, errors.New(p.EndedWhy())
+	}
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpMemory}, CallTimeout)
+	var re *protocol.RemoteError
+	if errors.As(err, &re) && re.Code == protocol.CodeInvalid {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.Memory, nil
+}

@@ -127,18 +127,13 @@ func (l *Launcher) podSpec(rec volume.Record) *corev1.Pod {
 	if !c.MemoryRequest.IsZero() {
 		res.Requests[corev1.ResourceMemory] = c.MemoryRequest
 	}
-	if !c.MemoryOverhead.IsZero() {
-		cache := rec.Params.CacheBytes
-		if cache <= 0 {
-			cache = volume.DefaultCacheBytes
-		}
-		limit := c.MemoryOverhead.DeepCopy()
-		limit.Add(*resource.NewQuantity(cache, resource.BinarySI))
+	if bound := l.MemoryBound(rec); bound > 0 {
 		if l.imageInMemory(rec) {
 			// The image's pages the mounter writes are charged to its pod and cannot be
 			// reclaimed: they are the volume itself.
-			limit.Add(*resource.NewQuantity(max(rec.Size, rec.MaxSize), resource.BinarySI))
+			bound += max(rec.Size, rec.MaxSize)
 		}
+		limit := *resource.NewQuantity(bound, resource.BinarySI)
 		res.Limits[corev1.ResourceMemory] = limit
 		if q, ok := res.Requests[corev1.ResourceMemory]; ok && q.Cmp(limit) > 0 {
 			res.Requests[corev1.ResourceMemory] = limit
@@ -197,6 +192,21 @@ func (l *Launcher) podSpec(rec volume.Record) *corev1.Pod {
 			Volumes: []corev1.Volume{{Name: mounterSocketVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
+}
+
+// MemoryBound is the memory the mounter of rec's volume may use itself, 0 for no bound: its pod's
+// memory overhead plus the volume's cache size, in pod mode. The pod's limit adds an image in a
+// pool on tmpfs (podSpec); the mounter sets the Go runtime's limit from this.
+func (l *Launcher) MemoryBound(rec volume.Record) int64 {
+	c := l.cfg.Pod
+	if l.cfg.Mode != Pod || c == nil || c.MemoryOverhead.IsZero() {
+		return 0
+	}
+	cache := rec.Params.CacheBytes
+	if cache <= 0 {
+		cache = volume.DefaultCacheBytes
+	}
+	return c.MemoryOverhead.Value() + cache
 }
 
 // imageInMemory tells whether the volume is an image in a pool on tmpfs or ramfs.

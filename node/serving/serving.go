@@ -63,4 +63,7 @@ type Server interface {
 	// Hold writes the volume back and holds every operation on it for a copy, for at most
 	// limit; release ends the hold and answers how long it lasted.
 	Hold(limit time.Duration) (release func() (time.Duration, error), err error)
+	// Memory reports what the server holds as a mounter's OpMemory does, Nodes alone: the
+	// process's other figures are the plugin's.
+	Memory() *protocol.Memory
 }

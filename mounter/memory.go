@@ -1,0 +1,68 @@
+package mounter
+
+import (
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/csi-fat/csi-fat/mounter/protocol"
+)
+
+// A mounter pod's memory limit is its overhead plus the volume's cache size. The engine's page
+// buffers (CacheBytes at most) live outside the Go heap, and the binary's mapped pages and the
+// runtime's own are counted by the cgroup but not by the Go runtime: the runtime's limit is the
+// bound less those, so that the collector works harder as the heap nears it, rather than the pod
+// being killed with garbage in its heap.
+
+// nonGoReserve is what a mounter's resident memory holds beside what the Go runtime counts and
+// the engine's page buffers: the binary's mapped text and data, and slack.
+const nonGoReserve = 24 << 20
+
+// goMemoryLimit is the Go runtime's memory limit for a mounter held to bound bytes whose engine
+// may hold cache bytes of page buffers: never below a quarter of the bound, where the collector
+// would run without end for nothing.
+func goMemoryLimit(bound, cache int64) int64 {
+	return max(bound-cache-nonGoReserve, bound/4)
+}
+
+// holdMemory sets the Go runtime's limit for bound (nothing for 0).
+func holdMemory(bound, cache int64) {
+	if bound > 0 {
+		debug.SetMemoryLimit(goMemoryLimit(bound, cache))
+	}
+}
+
+// memory reports the process's memory against its bound, and the nodes its server holds.
+func (s *Server) memory() *protocol.Memory {
+	s.mu.Lock()
+	m := &protocol.Memory{Bound: s.bound}
+	srv := s.srv
+	s.mu.Unlock()
+	if srv != nil {
+		m.Nodes = int64(srv.Nodes())
+	}
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		m.GoLimit = l
+	}
+	m.Resident = residentBytes()
+	return m
+}
+
+// residentBytes is the process's resident memory (/proc/self/statm), 0 when it cannot be read.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
+}

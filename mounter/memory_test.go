@@ -1,0 +1,52 @@
+package mounter
+
+import (
+	"math"
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/csi-fat/csi-fat/mounter/protocol"
+)
+
+// TestMemoryBound: a mounter held to a bound sets the Go runtime's limit to what the engine's
+// page buffers and the binary leave of it, and OpMemory reports the bound, the runtime's limit
+// and its resident memory; unbounded, it sets none.
+func TestMemoryBound(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	for _, c := range []struct{ bound, cache, want int64 }{
+		{224 << 20, 64 << 20, 136 << 20},
+		{416 << 20, 256 << 20, 136 << 20},
+		{100 << 20, 90 << 20, 25 << 20}, // never below a quarter of the bound
+	} {
+		if got := goMemoryLimit(c.bound, c.cache); got != c.want {
+			t.Errorf("bound %d, cache %d: Go limit %d, want %d", c.bound, c.cache, got, c.want)
+		}
+	}
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	socket, _ := start(t)
+	status := func() *protocol.Memory {
+		t.Helper()
+		resp, err := protocol.Call(dial(t, socket), &protocol.Request{Op: protocol.OpMemory}, 5*time.Second)
+		if err != nil || resp.Memory == nil {
+			t.Fatalf("memory = %+v, %v", resp, err)
+		}
+		return resp.Memory
+	}
+	if m := status(); m.Bound != 0 || m.GoLimit != 0 || m.Resident <= 0 {
+		t.Errorf("unbounded: %+v, want no bound nor limit and the resident memory", m)
+	}
+	f := image(t)
+	const bound = 200 << 20
+	if _, err := protocol.Call(dial(t, socket), &protocol.Request{Op: protocol.OpCheck, Volume: "v", Check: &protocol.CheckArgs{MemoryLimit: bound}},
+		10*time.Second, int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != goMemoryLimit(bound, 0) {
+		t.Errorf("Go limit after a check held to %d: %d, want %d", bound, got, goMemoryLimit(bound, 0))
+	}
+	if m := status(); m.Bound != bound || m.GoLimit != goMemoryLimit(bound, 0) || m.Resident <= 0 {
+		t.Errorf("held to %d: %+v", bound, m)
+	}
+}
