@@ -19,9 +19,10 @@ const maxProblems = 20
 // Check checks the file system on the medium (the whole of a superfloppy, else the partition
 // that partition names, or with "" its first FAT partition), repairing what fsck.Repair repairs safely when repair
 // is set, as the driver does before serving. With walk it also opens the volume read-only and
-// reads every directory, as adopting a device needs. An error means no FAT file system the
-// checker can read (or a device that fails).
-func Check(medium blockdev.Device, partition string, repair, walk bool) (*protocol.CheckResult, error) {
+// reads every directory, as adopting a device needs. maxMemory bounds what the check holds
+// (fsck.Options.MaxMemory; 0: no bound). An error means no FAT file system the checker can read
+// (or a device that fails), or one whose FAT alone exceeds maxMemory (fsck.ErrMemory).
+func Check(medium blockdev.Device, partition string, repair, walk bool, maxMemory int64) (*protocol.CheckResult, error) {
 	// A superfloppy is checked whole, a partitioned stick in the partition named, through a
 	// window that bounds every read and write.
 	dev, _, err := layout.Open(medium, partition)
@@ -29,11 +30,12 @@ func Check(medium blockdev.Device, partition string, repair, walk bool) (*protoc
 		return nil, err
 	}
 	var res *fsck.RepairResult
+	opts := fsck.Options{MaxMemory: maxMemory}
 	if repair {
-		res, err = fsck.Repair(dev)
+		res, err = fsck.RepairWith(dev, opts)
 	} else {
 		var rep *fsck.Report
-		rep, err = fsck.Check(dev)
+		rep, err = fsck.CheckWith(dev, opts)
 		res = &fsck.RepairResult{Before: rep}
 	}
 	if err != nil {

@@ -27,6 +27,16 @@ func goMemoryLimit(bound, cache int64) int64 {
 	return max(bound-cache-nonGoReserve, bound/4)
 }
 
+// checkMemory is what the check before serving may hold of a mounter held to bound (0: no
+// bound): three quarters of the Go runtime's limit, the rest left to the collector's slack and
+// the buffers beside the check's tables.
+func checkMemory(bound int64) int64 {
+	if bound <= 0 {
+		return 0
+	}
+	return goMemoryLimit(bound, 0) / 4 * 3
+}
+
 // holdMemory sets the Go runtime's limit for bound (nothing for 0).
 func holdMemory(bound, cache int64) {
 	if bound > 0 {

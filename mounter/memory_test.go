@@ -11,7 +11,8 @@ import (
 
 // TestMemoryBound: a mounter held to a bound sets the Go runtime's limit to what the engine's
 // page buffers and the binary leave of it, and OpMemory reports the bound, the runtime's limit
-// and its resident memory; unbounded, it sets none.
+// and its resident memory; unbounded, it sets none. Its check is bounded by what the limit
+// leaves (fsck.Options.MaxMemory, tested in fatvol/fsck).
 func TestMemoryBound(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	for _, c := range []struct{ bound, cache, want int64 }{
@@ -22,6 +23,11 @@ func TestMemoryBound(t *testing.T) {
 		if got := goMemoryLimit(c.bound, c.cache); got != c.want {
 			t.Errorf("bound %d, cache %d: Go limit %d, want %d", c.bound, c.cache, got, c.want)
 		}
+	}
+
+	// The check before serving may hold three quarters of the runtime's limit.
+	if got, want := checkMemory(224<<20), int64(150<<20); got != want || checkMemory(0) != 0 {
+		t.Errorf("check memory for a 224 MiB bound = %d, want %d (and 0 unbounded: %d)", got, want, checkMemory(0))
 	}
 
 	debug.SetMemoryLimit(math.MaxInt64)

@@ -253,7 +253,7 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 		s.mu.Unlock()
 	}
 	fault("check", req.Volume)
-	res, err := Check(dev, req.Check.Partition, req.Check.Repair, req.Check.Walk)
+	res, err := Check(dev, req.Check.Partition, req.Check.Repair, req.Check.Walk, checkMemory(req.Check.MemoryLimit))
 	if err != nil {
 		return fail(err, protocol.CodeNotFAT)
 	}

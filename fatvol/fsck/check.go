@@ -43,7 +43,11 @@ type checker struct {
 	labelFound  bool
 	labelOff    int64
 	rootEndSeen bool
-	stopped     bool // maxRecords reached: directory walking stopped
+	stopped     bool // maxRecords or the memory bound reached: directory walking stopped
+
+	// maxMemory bounds what the check holds (Options.MaxMemory; 0: no bound), fixedBytes is what
+	// the FAT and its owners take of it.
+	maxMemory, fixedBytes int64
 
 	dotDots []dotDot   // '..' entries naming another cluster than their parent's, judged after the walk
 	pairs   [][2]int32 // interrupted renames: the new name's record, the old one's
@@ -51,11 +55,26 @@ type checker struct {
 	orphanLFNs [][]int64
 }
 
+// Options bound a check.
+type Options struct {
+	// MaxMemory bounds the memory the check holds for the volume, in bytes: its FAT, who owns
+	// each cluster, and a 64-byte record and the name of every directory entry (0: no bound but
+	// maxRecords). A FAT that does not fit fails the check (ErrMemory); entries past the bound
+	// stop the walk with a Limit error, which no repair passes.
+	MaxMemory int64
+}
+
+// ErrMemory is a volume whose FAT alone takes more memory than Options.MaxMemory allows.
+var ErrMemory = errors.New("the check needs more memory than it may use")
+
 // Check reads the volume on dev and reports its problems. It changes nothing. The error is
 // non-nil only when the volume could not be checked at all: an I/O error, or a boot sector
 // from which no FAT layout can be derived.
-func Check(dev blockdev.Device) (*Report, error) {
-	c, err := check(dev)
+func Check(dev blockdev.Device) (*Report, error) { return CheckWith(dev, Options{}) }
+
+// CheckWith is Check within the bounds of opts.
+func CheckWith(dev blockdev.Device, opts Options) (*Report, error) {
+	c, err := check(dev, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +82,8 @@ func Check(dev blockdev.Device) (*Report, error) {
 }
 
 // check runs a check and keeps its state, from which Repair works.
-func check(dev blockdev.Device) (*checker, error) {
-	c := &checker{dev: dev, rep: &Report{}}
+func check(dev blockdev.Device, opts Options) (*checker, error) {
+	c := &checker{dev: dev, rep: &Report{}, maxMemory: opts.MaxMemory}
 	if err := c.readBoot(); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package fsck
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
@@ -63,6 +64,11 @@ func (f *fatTable) headerOK(v0 uint32) bool { return v0&f.extd == f.extd }
 // before it walks the directories.
 func (c *checker) loadFAT() error {
 	n := c.fatBytes()
+	// The FAT as read, its entries and their owners, and a chunk of another copy at a time.
+	c.fixedBytes = n + 1 + 8*int64(c.g.Clusters+2) + fatCompareChunk
+	if c.maxMemory > 0 && c.fixedBytes > c.maxMemory {
+		return fmt.Errorf("fsck: %w: a FAT of %d clusters takes %d MiB to check, the check may use %d MiB", ErrMemory, c.g.Clusters, mib(c.fixedBytes), mib(c.maxMemory))
+	}
 	first := make([]byte, n+1) // +1: FAT12 decoding reads a byte past the last entry
 	if err := c.readAt(first[:n], c.g.FATOffset(0)); err != nil {
 		return err
@@ -118,11 +124,17 @@ func (c *checker) loadFAT() error {
 	return nil
 }
 
+// fatCompareChunk is how much of another FAT copy is read at a time.
+const fatCompareChunk = 4 << 20
+
+// mib rounds bytes up to MiB, for messages.
+func mib(bytes int64) int64 { return (bytes + 1<<20 - 1) >> 20 }
+
 // compareFATCopy compares FAT copy i with the first, a chunk at a time so that only one copy
 // is held in memory. It returns whether they differ, the first differing cluster and copy i's
 // FAT[0].
 func (c *checker) compareFATCopy(i int, first []byte) (bool, uint32, uint32, error) {
-	const chunk = 4 << 20
+	const chunk = fatCompareChunk
 	buf := make([]byte, min(int64(chunk), int64(len(first))))
 	base := c.g.FATOffset(i)
 	var header uint32

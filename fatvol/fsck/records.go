@@ -1,6 +1,10 @@
 package fsck
 
-import "github.com/csi-fat/csi-fat/fatvol/ondisk"
+import (
+	"unsafe"
+
+	"github.com/csi-fat/csi-fat/fatvol/ondisk"
+)
 
 // fileRec is one directory entry found during the walk. Index 0 is the root directory. It is
 // kept small (64 bytes) and holds no pointer: a volume's every entry stays in memory for the
@@ -56,6 +60,15 @@ func (r *records) len() int32 { return r.n }
 
 // at is the record of index i.
 func (r *records) at(i int32) *fileRec { return &r.chunks[i/recordChunk][i%recordChunk] }
+
+// bytes is the memory the records and their names take.
+func (r *records) bytes() int64 {
+	b := int64(len(r.chunks))*recordChunk*int64(unsafe.Sizeof(fileRec{})) + int64(len(r.names))*nameChunk
+	for _, offs := range r.lfnSplit {
+		b += 8*int64(len(offs)) + 48
+	}
+	return b
+}
 
 // add appends f, with name and its long-name entries' offsets; it returns its index, or -1 when
 // the name arena is full.

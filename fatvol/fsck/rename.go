@@ -184,7 +184,7 @@ func (c *checker) resolveInterrupted() error {
 // nothing else: renames (the new name kept) and orphaned long-name entries, what is left of a name
 // whose entries cross sectors (deleted). It returns the problems it resolved.
 func ResolveInterrupted(dev blockdev.Device) ([]Problem, error) {
-	c, err := check(dev)
+	c, err := check(dev, Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func recordOf(t *testing.T, c *checker, path string) *fileRec {
 func secondName(t *testing.T, img, from, dir string, mark bool) int64 {
 	t.Helper()
 	dev := openRW(t, img)
-	c, err := check(dev)
+	c, err := check(dev, Options{})
 	dev.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestInterruptedRename(t *testing.T) {
 func pointDotDot(t *testing.T, img, from, dir string) {
 	t.Helper()
 	dev := openRW(t, img)
-	c, err := check(dev)
+	c, err := check(dev, Options{})
 	dev.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -44,8 +44,11 @@ func (r *RepairResult) Changed() bool { return r.After != nil }
 // orphaned long-name entries deleted (rename.go), then directory entries, flush, the
 // FAT copies (the first, then the others), flush, FSINFO, flush, and only then the dirty bit
 // is cleared, with a last flush. The volume is checked again afterwards (RepairResult.After).
-func Repair(dev blockdev.Device) (*RepairResult, error) {
-	c, err := check(dev)
+func Repair(dev blockdev.Device) (*RepairResult, error) { return RepairWith(dev, Options{}) }
+
+// RepairWith is Repair within the bounds of opts, its checks included.
+func RepairWith(dev blockdev.Device, opts Options) (*RepairResult, error) {
+	c, err := check(dev, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +68,7 @@ func Repair(dev blockdev.Device) (*RepairResult, error) {
 	if err := c.writeRepair(); err != nil {
 		return res, fmt.Errorf("fsck: repair: %w", err)
 	}
-	after, err := Check(dev)
+	after, err := CheckWith(dev, opts)
 	if err != nil {
 		return res, fmt.Errorf("fsck: check after repair: %w", err)
 	}

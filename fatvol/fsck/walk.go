@@ -200,6 +200,12 @@ func (c *checker) addEntry(d int32, raw []byte, off int64) {
 		c.stopped = true
 		return
 	}
+	if c.maxMemory > 0 && c.fixedBytes+c.recs.bytes() > c.maxMemory {
+		c.problem(Limit, Error, c.path(d), 0, off, "the check may use %d MiB, and the FAT and the first %d directory entries take %d MiB: checking stopped (check the volume where more memory is allowed, e.g. csi-fat fsck)",
+			mib(c.maxMemory), c.recs.len(), mib(c.fixedBytes+c.recs.bytes()))
+		c.stopped = true
+		return
+	}
 	if e.Attr&ondisk.AttrVolumeID != 0 && d != 0 {
 		c.problem(BadEntry, Warning, c.path(i), 0, off, "volume label entry outside the root directory")
 	}

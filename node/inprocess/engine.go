@@ -24,7 +24,7 @@ var _ serving.Engine = Engine{}
 
 // Check checks the file system in partition of dev as a mounter does (mounter.Check).
 func (Engine) Check(dev blockdev.Device, partition string, repair, walk bool) (*protocol.CheckResult, error) {
-	return mounter.Check(dev, partition, repair, walk)
+	return mounter.Check(dev, partition, repair, walk, 0) // the plugin's process has no bound of its own
 }
 
 // ReadMedium names what the medium holds and lists the partitions of its table that hold FAT
