@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"log"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ type node struct {
 	version uint64 // counts changes of a directory's entries, to keep a stale count out
 	// aliases are other spellings ("foo" for "Foo") the kernel has cached for this entry.
 	aliases []alias
+	// used: looked up since the pruner last passed it (budget.go).
+	used atomic.Bool
 }
 
 // alias is a name in a directory that the kernel resolved to a node case-insensitively.
@@ -103,13 +106,23 @@ func (s *Server) identifyLocked(pos int64) *node {
 	c := &node{srv: s, pos: pos, ino: ino, subdirs: -1}
 	s.byPos[pos] = c
 	s.byIno[ino] = c
+	s.overBudgetLocked()
 	return c
 }
 
-// inoOf is the inode number readdir reports for the entry at pos.
+// inoOf is the inode number readdir reports for the entry at pos. An entry no node has is not
+// given one: a plain readdir makes no inode in the kernel, so such a node would never be
+// forgotten; the entry's position is the number its node gets when it is looked up, unless a
+// renamed node holds that number, and then the entry needs a node of its own now.
 func (s *Server) inoOf(pos int64) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c := s.byPos[pos]; c != nil {
+		return c.ino
+	}
+	if ino := uint64(pos); ino > 1 && s.byIno[ino] == nil {
+		return ino
+	}
 	return s.identifyLocked(pos).ino
 }
 
@@ -119,6 +132,7 @@ func (s *Server) childInode(ctx context.Context, parent *node, fi fs.FileInfo) *
 	s.mu.Lock()
 	c := s.identifyLocked(a.Pos)
 	c.parent, c.name = parent, fi.Name()
+	c.used.Store(true)
 	s.mu.Unlock()
 	mode := uint32(syscall.S_IFREG)
 	if fi.IsDir() {
@@ -129,6 +143,7 @@ func (s *Server) childInode(ctx context.Context, parent *node, fi fs.FileInfo) *
 		// go-fuse already had a node with this identity; keep that one.
 		s.mu.Lock()
 		got.parent, got.name, got.pos, got.unlinked = parent, fi.Name(), a.Pos, false
+		got.used.Store(true)
 		// Linked again: opens go by path from now on, and the old file may go.
 		stale := got.anchor
 		got.anchor = nil

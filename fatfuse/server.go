@@ -50,6 +50,8 @@ type Server struct {
 	byIno   map[uint64]*node
 	nextIno uint64
 	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
+	budget  int                 // nodes held at most, about (SetNodeBudget); 0: no bound
+	prune   chan struct{}       // wakes the pruner (budget.go)
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait

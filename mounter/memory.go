@@ -14,7 +14,9 @@ import (
 // buffers (CacheBytes at most) live outside the Go heap, and the binary's mapped pages and the
 // runtime's own are counted by the cgroup but not by the Go runtime: the runtime's limit is the
 // bound less those, so that the collector works harder as the heap nears it, rather than the pod
-// being killed with garbage in its heap.
+// being killed with garbage in its heap; and the FUSE server keeps the nodes of the files the
+// kernel knows within a quarter of that limit (fatfuse.Server.SetNodeBudget), so that a walk of a
+// volume of any file count does not make it grow without end.
 
 // nonGoReserve is what a mounter's resident memory holds beside what the Go runtime counts and
 // the engine's page buffers: the binary's mapped text and data, and slack.
@@ -25,6 +27,20 @@ const nonGoReserve = 24 << 20
 // would run without end for nothing.
 func goMemoryLimit(bound, cache int64) int64 {
 	return max(bound-cache-nonGoReserve, bound/4)
+}
+
+// nodeBytes is what the server holds for each file or directory the kernel knows, with the
+// collector's slack: measured at 534 bytes live (go-fuse's inode, fatfuse's node, their entries
+// in the tables).
+const nodeBytes = 1 << 10
+
+// nodeBudget is how many such nodes a mounter held to bound may keep (fatfuse's node budget): a
+// quarter of its Go runtime's limit; 0 for no bound.
+func nodeBudget(bound, cache int64) int {
+	if bound <= 0 {
+		return 0
+	}
+	return int(goMemoryLimit(bound, cache) / 4 / nodeBytes)
 }
 
 // checkMemory is what the check before serving may hold of a mounter held to bound (0: no
@@ -47,7 +63,7 @@ func holdMemory(bound, cache int64) {
 // memory reports the process's memory against its bound, and the nodes its server holds.
 func (s *Server) memory() *protocol.Memory {
 	s.mu.Lock()
-	m := &protocol.Memory{Bound: s.bound}
+	m := &protocol.Memory{Bound: s.bound, NodeBudget: int64(s.nodeBudget)}
 	srv := s.srv
 	s.mu.Unlock()
 	if srv != nil {

@@ -25,6 +25,10 @@ func TestMemoryBound(t *testing.T) {
 		}
 	}
 
+	// The FUSE server may hold nodes for a quarter of it: 34,816 with the chart's defaults.
+	if got := nodeBudget(224<<20, 64<<20); got != 34816 || nodeBudget(0, 64<<20) != 0 {
+		t.Errorf("node budget for a 224 MiB bound = %d, want 34816 (and none unbounded)", got)
+	}
 	// The check before serving may hold three quarters of the runtime's limit.
 	if got, want := checkMemory(224<<20), int64(150<<20); got != want || checkMemory(0) != 0 {
 		t.Errorf("check memory for a 224 MiB bound = %d, want %d (and 0 unbounded: %d)", got, want, checkMemory(0))

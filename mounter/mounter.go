@@ -51,6 +51,7 @@ type Server struct {
 	srv        *fatfuse.Server
 	checkDmg   string
 	bound      int64         // the memory the process is held to (its pod's limit), 0: none
+	nodeBudget int           // the nodes its FUSE server may hold, from bound; 0: no bound
 	served     bool          // serve succeeded once; a second serve is refused
 	done       chan struct{} // closed once the session ended and the volume was closed
 	closeErr   error
@@ -318,11 +319,11 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 	vo.Flush = a.Mode == "flush" || opts.Flush
 	vo.Sync = a.Mode == "sync" || opts.Sync
 	vo.CacheBytes = a.CacheBytes
+	cache := a.CacheBytes
+	if cache <= 0 {
+		cache = fatvol.DefaultCacheBytes
+	}
 	if a.MemoryLimit > 0 {
-		cache := a.CacheBytes
-		if cache <= 0 {
-			cache = fatvol.DefaultCacheBytes
-		}
 		holdMemory(a.MemoryLimit, cache)
 		s.bound = a.MemoryLimit
 	}
@@ -348,6 +349,10 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 	if err != nil {
 		vol.Close()
 		return fail(err, "")
+	}
+	if n := nodeBudget(a.MemoryLimit, cache); n > 0 {
+		srv.SetNodeBudget(n)
+		s.nodeBudget = n
 	}
 	s.served = true
 	s.volumeID, s.mountpoint, s.dev, s.vol, s.srv, s.checkDmg = req.Volume, a.Mountpoint, dev, vol, srv, a.Damage

@@ -222,8 +222,10 @@ type Memory struct {
 	// memory limit set from it; 0 for none.
 	Bound   int64 `json:"bound,omitempty"`
 	GoLimit int64 `json:"goLimit,omitempty"`
-	// Nodes are the files and directories the kernel knows and the server holds for it.
-	Nodes int64 `json:"nodes"`
+	// Nodes are the files and directories the kernel knows and the server holds for it; past
+	// NodeBudget (0: none) the server has the kernel forget those it has not used lately.
+	Nodes      int64 `json:"nodes"`
+	NodeBudget int64 `json:"nodeBudget,omitempty"`
 }
 
 // Device are the device's counters.
