@@ -53,7 +53,8 @@ type records struct {
 	// lfnSplit holds the offsets of long names whose entries do not run contiguously on the
 	// device up to their short entry (a name that crosses from one cluster into another that
 	// does not follow it): by record index.
-	lfnSplit map[int32][]int64
+	lfnSplit   map[int32][]int64
+	splitBytes int64 // what lfnSplit takes, about: counted as it grows, since bytes is asked at every entry
 }
 
 func (r *records) len() int32 { return r.n }
@@ -63,11 +64,7 @@ func (r *records) at(i int32) *fileRec { return &r.chunks[i/recordChunk][i%recor
 
 // bytes is the memory the records and their names take.
 func (r *records) bytes() int64 {
-	b := int64(len(r.chunks))*recordChunk*int64(unsafe.Sizeof(fileRec{})) + int64(len(r.names))*nameChunk
-	for _, offs := range r.lfnSplit {
-		b += 8*int64(len(offs)) + 48
-	}
-	return b
+	return int64(len(r.chunks))*recordChunk*int64(unsafe.Sizeof(fileRec{})) + int64(len(r.names))*nameChunk + r.splitBytes
 }
 
 // add appends f, with name and its long-name entries' offsets; it returns its index, or -1 when
@@ -87,6 +84,7 @@ func (r *records) add(f fileRec, name string, lfnOffs []int64) int32 {
 					r.lfnSplit = map[int32][]int64{}
 				}
 				r.lfnSplit[i] = append([]int64(nil), lfnOffs...)
+				r.splitBytes += 8*int64(len(lfnOffs)) + 48
 				break
 			}
 		}

@@ -24,6 +24,3 @@ type Pool struct {
 func New(cfg *media.Config, prober *prober.Prober, check func(d media.Device, partition string) (string, error), volumes func() []volume.Record) *Pool {
 	return &Pool{cfg: cfg, prober: prober, check: check, volumes: volumes}
 }
-
-// Media is the configuration of the scan that finds the pool's members.
-func (pool *Pool) Media() *media.Config { return pool.cfg }

@@ -21,9 +21,6 @@ func NewLauncher(cfg Config, stateDir, nodeID, poolDir string) *Launcher {
 	return &Launcher{cfg: cfg, stateDir: stateDir, nodeID: nodeID, poolDir: poolDir, mounts: hostmount.NewTable()}
 }
 
-// Config is what the launcher was made with.
-func (l *Launcher) Config() Config { return l.cfg }
-
 // Start starts a mounter for the volume, a pod or a process as configured.
 func (l *Launcher) Start(rec volume.Record) (*Mounter, error) {
 	if l.cfg.Mode == Pod {
