@@ -53,6 +53,8 @@ type Server struct {
 	bound      int64         // the memory the process is held to (its pod's limit), 0: none
 	nodeBudget int           // the nodes its FUSE server may hold, from bound; 0: no bound
 	served     bool          // serve succeeded once; a second serve is refused
+	held       heldFiles     // copies of what it serves on, for OpDescriptors
+	handing    bool          // handing over (OpHandOver): the session's end is not an orphan's
 	done       chan struct{} // closed once the session ended and the volume was closed
 	closeErr   error
 }
@@ -132,6 +134,13 @@ func (s *Server) handle(c *net.UnixConn) {
 			}
 			return
 		}
+		if req.Op == protocol.OpDescriptors {
+			if err := s.sendDescriptors(c); err != nil {
+				s.log.Warn("answering", "op", req.Op, "error", err)
+				return
+			}
+			continue
+		}
 		if req.Op == protocol.OpHold {
 			s.hold(c, &req) // the connection ends with its hold
 			return
@@ -150,7 +159,7 @@ func (s *Server) handle(c *net.UnixConn) {
 			s.log.Warn("answering", "op", req.Op, "error", err)
 			return
 		}
-		if req.Op == protocol.OpStop && resp.Error == "" {
+		if (req.Op == protocol.OpStop || req.Op == protocol.OpHandOver) && resp.Error == "" {
 			s.quit()
 			return
 		}
@@ -193,11 +202,14 @@ func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response 
 	case protocol.OpCheck:
 		return s.check(req, files[0])
 	case protocol.OpServe:
-		var direct *os.File
+		var direct, state *os.File
+		if req.Serve.State {
+			state, files = files[len(files)-1], files[:len(files)-1]
+		}
 		if len(files) > 2 {
 			direct = files[2]
 		}
-		return s.serve(req, files[0], files[1], direct)
+		return s.serve(req, files[0], files[1], direct, state)
 	case protocol.OpStatus:
 		return &protocol.Response{Status: s.status(req.Files)}
 	case protocol.OpSync:
@@ -219,6 +231,10 @@ func (s *Server) do(req *protocol.Request, files []*os.File) *protocol.Response 
 		return s.grow()
 	case protocol.OpMemory:
 		return &protocol.Response{Memory: s.memory()}
+	case protocol.OpBuild:
+		return &protocol.Response{Build: buildVersion()}
+	case protocol.OpHandOver:
+		return s.handOver()
 	}
 	return fail(fmt.Errorf("unknown operation %q", req.Op), protocol.CodeInvalid)
 }
@@ -265,36 +281,42 @@ func (s *Server) check(req *protocol.Request, f *os.File) *protocol.Response {
 }
 
 // serve opens the volume on the device and serves it on the mounted FUSE descriptor; large
-// reads and writes go through direct, the device's O_DIRECT twin, when the plugin sent one.
-func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File) *protocol.Response {
+// reads and writes go through direct, the device's O_DIRECT twin, when the plugin sent one. With
+// state, the FUSE server keeps in it what another server needs to take the connection over, and
+// with Resume this one takes over a live connection from it.
+func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct, state *os.File) *protocol.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if direct != nil {
-		defer func() {
-			if direct != nil {
-				direct.Close() // not handed to the device
+	// What is not handed on below is closed on the way out.
+	var keep heldFiles
+	defer func() {
+		for _, f := range []*os.File{devFile, fuseFile, direct, state} {
+			if f != nil {
+				f.Close()
 			}
-		}()
-	}
+		}
+		keep.close()
+	}()
 	if s.served {
-		devFile.Close()
-		fuseFile.Close()
 		return fail(errors.New("this mounter serves a volume already"), protocol.CodeInvalid)
 	}
 	a := req.Serve
 	opts, err := mountopt.ParseOptions(a.Options)
 	if err != nil {
-		devFile.Close()
-		fuseFile.Close()
 		return fail(err, protocol.CodeInvalid)
+	}
+	// Copies of everything served on, which the plugin may ask back (OpDescriptors) after a
+	// restart: the server and the engine own the originals.
+	if keep, err = copies(fuseFile, devFile, direct, state); err != nil {
+		return fail(err, "")
 	}
 	claim := blockdev.Exclusive
 	if opts.ReadOnly {
 		claim = blockdev.ExclusiveReadOnly
 	}
 	file, err := blockdev.FromFile(devFile, a.Source, claim)
+	devFile = nil // the device's now, closed with it
 	if err != nil {
-		fuseFile.Close()
 		return fail(err, "")
 	}
 	if direct != nil {
@@ -306,12 +328,14 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		direct = nil
 	}
 	fault("serve", req.Volume)
+	if a.Resume {
+		fault("resume", req.Volume)
+	}
 	// A superfloppy is served whole, a partitioned stick's named (or first FAT) partition through
 	// a window that bounds every write.
 	fsDev, _, err := layout.Open(file, a.Partition)
 	if err != nil {
 		file.Close()
-		fuseFile.Close()
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
 	dev := NewMeteredDevice(fsDev, a.Source)
@@ -332,29 +356,35 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 	vol, err := fatvol.Open(dev, vo)
 	if err != nil {
 		dev.Close()
-		fuseFile.Close()
 		return fail(fmt.Errorf("open volume %s: %w", req.Volume, err), protocol.CodeNotFAT)
 	}
 	fatfuse.SoleVolumeGC() // a mounter serves one volume
-	// go-fuse takes the descriptor number it serves as its own and closes it when the session
-	// ends: it gets a duplicate, so that closing fuseFile can never close a descriptor number
-	// reused since (say, a control connection's).
+	// The server takes the descriptor number it serves as its own and closes it when the
+	// session ends: it gets a duplicate, so that closing fuseFile can never close a descriptor
+	// number reused since (say, a control connection's).
 	fuseFD, err := unix.FcntlInt(fuseFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	fuseFile.Close()
 	if err != nil {
 		vol.Close()
 		return fail(fmt.Errorf("duplicate the FUSE descriptor: %w", err), "")
 	}
-	srv, err := fatfuse.ServeFD(vol, fuseFD, a.Mountpoint, opts)
+	conn := fatfuse.Connection{FD: fuseFD, Mountpoint: a.Mountpoint, State: state}
+	var srv *fatfuse.Server
+	if a.Resume {
+		srv, err = fatfuse.TakeOver(vol, conn, opts)
+	} else {
+		srv, err = fatfuse.ServeConnection(vol, conn, opts)
+	}
 	if err != nil {
 		vol.Close()
 		return fail(err, "")
 	}
+	state = nil // the server's now; the copy in keep is the mounter's
 	if n := nodeBudget(a.MemoryLimit, cache); n > 0 {
 		srv.SetNodeBudget(n)
 		s.nodeBudget = n
 	}
 	s.served = true
+	s.held, keep = keep, heldFiles{}
 	s.volumeID, s.mountpoint, s.dev, s.vol, s.srv, s.checkDmg = req.Volume, a.Mountpoint, dev, vol, srv, a.Damage
 	s.done = make(chan struct{})
 	done := s.done
@@ -368,11 +398,15 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct *os.File
 		}
 		s.mu.Lock()
 		s.closeErr = err
+		handing := s.handing
+		s.held.close()
 		s.mu.Unlock()
 		close(done)
-		time.AfterFunc(orphanWait, s.quit)
+		if !handing {
+			time.AfterFunc(orphanWait, s.quit)
+		}
 	}()
-	s.log.Info("serving", "volume", req.Volume, "mountpoint", a.Mountpoint, "source", a.Source, "readOnly", opts.ReadOnly)
+	s.log.Info("serving", "volume", req.Volume, "mountpoint", a.Mountpoint, "source", a.Source, "readOnly", opts.ReadOnly, "resumed", a.Resume)
 	return &protocol.Response{}
 }
 

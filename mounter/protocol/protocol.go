@@ -25,8 +25,10 @@ const Version = 1
 // MaxMessage bounds a message's JSON; a longer one is refused.
 const MaxMessage = 64 << 10
 
-// MaxFDs bounds the descriptors one message may carry.
-const MaxFDs = 3
+// MaxFDs bounds the descriptors one message may carry: a serve with its direct twin and its
+// state, or the answer of OpDescriptors. A mounter older than ServeArgs.State took 3 at most;
+// only a plugin of its own version sends it four.
+const MaxFDs = 4
 
 // Operations.
 const (
@@ -63,13 +65,29 @@ const (
 	// know: a mounter older than it answers it as unknown (CodeInvalid), and an older plugin,
 	// which never asks, never meets the field.
 	OpMemory = "memory"
+	// OpDescriptors answers, by SCM_RIGHTS, copies of what the mounter serves on: its /dev/fuse
+	// descriptor, its device, the device's O_DIRECT twin when it has one and the state
+	// descriptor (Response.Descriptors says which came). A restarted plugin gets back the copies
+	// it holds so that a mounter's death does not end the connection. The mounter keeps its own.
+	// A mounter older than it answers it as unknown, and is then not held.
+	OpDescriptors = "descriptors"
+	// OpHandOver ends a planned hand-over: the mounter stops serving (every request answered,
+	// everything written back, the state descriptor complete), closes the volume, answers and
+	// exits. The FUSE connection lives on in the plugin's copy, for a new mounter to take over
+	// (ServeArgs.Resume). A mounter that was not given a state descriptor refuses it.
+	OpHandOver = "hand-over"
+	// OpBuild answers the mounter's build (Response.Build: its version), so that a plugin of
+	// another version can hand its volume over to a mounter of its own. A mounter older than it
+	// answers it as unknown.
+	OpBuild = "build"
 )
 
 // MaxHold bounds HoldArgs.Limit: applications wait while a volume is held.
 const MaxHold = time.Hour
 
 // FDCount is how many descriptors each operation carries.
-var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0, OpHold: 0, OpRelease: 0, OpGrow: 0, OpMemory: 0}
+var FDCount = map[string]int{OpCheck: 1, OpServe: 2, OpStatus: 0, OpSync: 0, OpStop: 0, OpWatch: 0, OpHold: 0, OpRelease: 0, OpGrow: 0, OpMemory: 0,
+	OpDescriptors: 0, OpHandOver: 0, OpBuild: 0}
 
 // Request is what the plugin asks.
 type Request struct {
@@ -131,6 +149,33 @@ type ServeArgs struct {
 	// page buffers (outside the Go heap, CacheBytes at most) and the binary leave of it. Left out
 	// when 0; a mounter older than the field refuses a request with it.
 	MemoryLimit int64 `json:"memoryLimit,omitempty"`
+	// State: a last descriptor follows, a memfd the plugin made and keeps, in which the FUSE
+	// server keeps what another server needs to take its connection over. Left out when false;
+	// a mounter older than it refuses a request with it.
+	State bool `json:"state,omitempty"`
+	// Resume: the FUSE descriptor is a live connection whose server ended (it died, or handed
+	// over): take it over from the state descriptor, without INIT, instead of serving afresh.
+	// Takes State.
+	Resume bool `json:"resume,omitempty"`
+}
+
+// Descriptors says which descriptors OpDescriptors' answer carries, in this order: the FUSE
+// descriptor and the device always, then the twin with Direct, then the state with State.
+type Descriptors struct {
+	Direct bool `json:"direct,omitempty"`
+	State  bool `json:"state,omitempty"`
+}
+
+// Count is how many descriptors follow.
+func (d *Descriptors) Count() int {
+	n := 2
+	if d.Direct {
+		n++
+	}
+	if d.State {
+		n++
+	}
+	return n
 }
 
 // HoldArgs say how long a hold may last at most.
@@ -157,6 +202,9 @@ type Response struct {
 	Hold   *HoldResult  `json:"hold,omitempty"`
 	Grow   *GrowResult  `json:"grow,omitempty"`
 	Memory *Memory      `json:"memory,omitempty"`
+	// Descriptors answers OpDescriptors, Build OpBuild.
+	Descriptors *Descriptors `json:"descriptors,omitempty"`
+	Build       string       `json:"build,omitempty"`
 }
 
 // Error codes.
@@ -376,8 +424,13 @@ func CheckRequest(r *Request, nfds int) error {
 	if !ok {
 		return protoErr("unknown operation %q", r.Op)
 	}
-	if r.Op == OpServe && r.Serve != nil && r.Serve.Direct {
-		want++
+	if r.Op == OpServe && r.Serve != nil {
+		if r.Serve.Direct {
+			want++
+		}
+		if r.Serve.State {
+			want++
+		}
 	}
 	if nfds != want {
 		return protoErr("operation %s takes %d descriptors, the message carried %d", r.Op, want, nfds)
@@ -390,6 +443,9 @@ func CheckRequest(r *Request, nfds int) error {
 	case OpServe:
 		if r.Serve == nil {
 			return protoErr("operation serve without its arguments")
+		}
+		if r.Serve.Resume && !r.Serve.State {
+			return protoErr("operation serve resumes a connection without its state descriptor")
 		}
 	case OpHold:
 		if r.Hold == nil {
@@ -424,6 +480,34 @@ func Call(c *net.UnixConn, req *Request, timeout time.Duration, fds ...int) (*Re
 		return &resp, &RemoteError{Msg: resp.Error, Code: resp.Code}
 	}
 	return &resp, nil
+}
+
+// CallFiles is Call for the one operation whose answer carries descriptors (OpDescriptors):
+// they are returned, as many as the answer says, or none with an error.
+func CallFiles(c *net.UnixConn, req *Request, timeout time.Duration) (*Response, []*os.File, error) {
+	req.Version = Version
+	if err := Send(c, req); err != nil {
+		return nil, nil, err
+	}
+	var resp Response
+	files, err := Receive(c, &resp, time.Now().Add(timeout))
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.Error != "" {
+		closeAll()
+		return &resp, nil, &RemoteError{Msg: resp.Error, Code: resp.Code}
+	}
+	if resp.Descriptors == nil || resp.Descriptors.Count() != len(files) {
+		closeAll()
+		return nil, nil, protoErr("an answer carried %d descriptors, not those it names (%+v)", len(files), resp.Descriptors)
+	}
+	return &resp, files, nil
 }
 
 // RemoteError is an error the mounter answered.

@@ -53,8 +53,10 @@ func (c Config) UnprivilegedCommand(command []string, files []*os.File, args ...
 	argv = append(argv, args...)
 	argv = append(argv, "--close-fds="+exeFD)
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	if v := os.Getenv(protocol.FaultEnv); v != "" {
-		env = append(env, protocol.FaultEnv+"="+v)
+	for _, k := range []string{protocol.FaultEnv, protocol.VersionEnv} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
 	}
 	return &exec.Cmd{
 		Path:        "/proc/self/fd/" + exeFD,
