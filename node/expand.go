@@ -183,11 +183,11 @@ func (m *Manager) growToImage(rec volume.Record, st *volume.StageRecord, sv *ser
 
 // grow grows the served file system to its device's size now; it tells whether it grew.
 func (sv *servedVolume) grow() (int64, bool, error) {
-	if sv.remote != nil {
-		if sv.remote.IsGone() {
-			return 0, false, errors.New(sv.remote.EndedWhy())
+	if p := sv.mounter(); p != nil {
+		if p.IsGone() {
+			return 0, false, errors.New(p.EndedWhy())
 		}
-		resp, err := sv.remote.Call(&protocol.Request{Op: protocol.OpGrow}, mounters.ServeTimeout)
+		resp, err := p.Call(&protocol.Request{Op: protocol.OpGrow}, mounters.ServeTimeout)
 		if err != nil {
 			return 0, false, err
 		}

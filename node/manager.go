@@ -455,10 +455,10 @@ func (m *Manager) Release() {
 		}
 	}
 	for _, sv := range served {
-		if sv.remote != nil {
+		if p := sv.mounter(); p != nil {
 			if err := sv.stop(); err != nil {
 				m.mounts.DetachAll(sv.path)
-				if err := sv.remote.Stop(sv.path); err != nil {
+				if err := p.Stop(sv.path); err != nil {
 					klog.ErrorS(err, "stopping a mounter", "volume", sv.id)
 				}
 			}

@@ -80,7 +80,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectUSB(ch)
 	for _, it := range items {
 		h := it.sv.health(false, false)
-		if it.sv.remote != nil && h.gone != "" {
+		if it.sv.mounter() != nil && h.gone != "" {
 			continue // its mounter is gone: no figures
 		}
 		s := h.device

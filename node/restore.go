@@ -10,7 +10,8 @@ import (
 
 // Restore brings back what the node-local state says was staged and published before the
 // plugin restarted. A volume whose mounter process is alive and serving is adopted, its mounts
-// left as they are. The FUSE servers that ran in the old process died with it (and so did a
+// left as they are, and this process gets copies of its connection back; a mounter of another
+// version than this plugin's then hands its connection over to a new one (takeover.go). The FUSE servers that ran in the old process died with it (and so did a
 // mounter that is gone), leaving dead mounts at the staging paths and at the targets bound to
 // them: each such staged volume is served again at its staging path and each target bound
 // again, so pods and kubelet find them where they were. Mounters no staged volume names are
@@ -35,6 +36,7 @@ func (m *Manager) Restore() error {
 	m.store.Unlock()
 
 	var failed []string
+	var held []*servedVolume
 	for name, st := range staged {
 		rec, ok := volumes[name]
 		if !ok {
@@ -48,6 +50,10 @@ func (m *Manager) Restore() error {
 				m.store.Lock()
 				m.served[name] = sv
 				m.store.Unlock()
+				if sv.held != nil {
+					held = append(held, sv)
+					go m.supervise(sv)
+				}
 				continue
 			}
 			klog.InfoS("the mounter of a staged volume cannot be adopted; serving it again", "volume", rec.ID, "pid", st.Mounter.PID, "pod", st.Mounter.Pod, "reason", err)
@@ -72,7 +78,7 @@ func (m *Manager) Restore() error {
 		if sv == nil {
 			continue // not served: the dead mount stays until the volume is staged again
 		}
-		if sv.remote != nil && !sv.gone() && hostmount.Healthy(target) == nil {
+		if sv.mounter() != nil && !sv.gone() && hostmount.Healthy(target) == nil {
 			if mounted, err := m.mounts.IsMountPoint(target); err == nil && mounted {
 				continue // an adopted mounter's volume: the bind mount lived on with it
 			}
@@ -83,6 +89,10 @@ func (m *Manager) Restore() error {
 		}
 	}
 	m.launcher.RemoveOrphans(m.store.StageRecords)
+	if m.launcher.Upgrades() && len(held) > 0 {
+		// One volume at a time, after the plugin answers again.
+		go m.upgrade(held)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("restore: %d volume(s) could not be served again: %v", len(failed), failed)
 	}

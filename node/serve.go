@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -20,12 +21,35 @@ import (
 // (remote) or, with --mounter=inprocess, by this process (local).
 type servedVolume struct {
 	id   string // the volume's ID, as logs and errors name it
+	name string // the volume's name, its records' key
 	path string // staging path
 	// damage says why the volume is served read-only with file system errors; "" when it is
 	// served clean.
 	damage string
-	remote *mounters.Mounter // the mounter serving the volume, or nil
-	local  serving.Server    // the server in this process, when remote is nil
+	local  serving.Server // the server in this process, when there is no mounter
+	// held are this process's copies of the mounter's connection (takeover.go); nil when the
+	// volume is served in this process or by a mounter that cannot hand its connection on.
+	held *mounters.Held
+
+	// takeover is held through a takeover or hand-over of the mounter's connection; stopping
+	// the volume waits for it.
+	takeover sync.Mutex
+	mu       sync.Mutex        // guards what follows
+	remote   *mounters.Mounter // the mounter serving the volume, or nil; a takeover replaces it
+	stopping bool              // unstaging: the mounter's end is no death
+	givenUp  string            // why the connection was given up (aborted); "" while served
+	ends     []time.Time       // when its mounters died or failed to take over, lately
+	// lost says, until lostUntil, that an earlier connection of the volume was given up, for
+	// its condition.
+	lost      string
+	lostUntil time.Time
+}
+
+// mounter is the volume's mounter now, nil when it is served in this process.
+func (sv *servedVolume) mounter() *mounters.Mounter {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.remote
 }
 
 // unmountWait bounds how long unstaging waits for the kernel to end the FUSE session after a
@@ -44,7 +68,7 @@ func (m *Manager) serveVolume(rec volume.Record, devPath, stagingPath string, op
 	if err != nil {
 		return nil, err
 	}
-	return &servedVolume{id: rec.ID, path: stagingPath, local: local}, nil
+	return &servedVolume{id: rec.ID, name: rec.Name, path: stagingPath, local: local}, nil
 }
 
 // opener opens a volume's device for staging with a claim (Manager.stagingOpener).
@@ -99,10 +123,17 @@ func claimCode(err error, fallback codes.Code) codes.Code {
 	return fallback
 }
 
-// gone tells whether the FUSE mount has ended, e.g. unmounted from outside.
+// gone tells whether the FUSE mount has ended, e.g. unmounted from outside. A held connection
+// whose mounter died lives on while a new mounter takes it over.
 func (sv *servedVolume) gone() bool {
-	if sv.remote != nil {
-		return sv.remote.IsGone()
+	sv.mu.Lock()
+	p, givenUp, supervised := sv.remote, sv.givenUp, sv.held != nil && !sv.stopping
+	sv.mu.Unlock()
+	if givenUp != "" {
+		return true
+	}
+	if p != nil {
+		return !supervised && p.IsGone()
 	}
 	select {
 	case <-sv.local.Done():
@@ -115,8 +146,8 @@ func (sv *servedVolume) gone() bool {
 // stop unmounts, waits for the FUSE session to end and closes the volume, which writes
 // everything back and marks it clean. It fails, serving on, while the mount is busy.
 func (sv *servedVolume) stop() error {
-	if sv.remote != nil {
-		return sv.remote.Stop(sv.path)
+	if p := sv.mounter(); p != nil {
+		return sv.stopMounter()
 	}
 	if err := sv.local.Unmount(); err != nil && !sv.gone() {
 		return err
@@ -131,8 +162,8 @@ func (sv *servedVolume) stop() error {
 
 // sync writes everything back to the device.
 func (sv *servedVolume) sync() error {
-	if sv.remote != nil {
-		return sv.remote.Sync()
+	if p := sv.mounter(); p != nil {
+		return p.Sync()
 	}
 	return sv.local.Sync()
 }
@@ -143,6 +174,7 @@ type health struct {
 	ioErrors               int64
 	lastIOError            string
 	gone                   string // why nothing serves the mount any more; "" while served
+	lost                   string // an earlier connection was given up lately (takeover.go)
 	checkDamage            string // why the check before serving left it read-only
 	device                 protocol.Device
 	dirty                  int64
@@ -158,14 +190,28 @@ func (sv *servedVolume) health(stats, files bool) health {
 		sv.local.Status(&s, stats, files)
 		return healthOf(&s, sv.damage)
 	}
-	s, err := sv.remote.Status(stats && files)
-	if err != nil {
-		if sv.remote.IsGone() || sv.remote.Settle() {
-			return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", sv.remote.EndedWhy()), checkDamage: sv.damage}
-		}
-		return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", sv.remote, err), checkDamage: sv.damage}
+	sv.mu.Lock()
+	p, givenUp, held, lost := sv.remote, sv.givenUp, sv.held != nil, sv.lost
+	if time.Now().After(sv.lostUntil) {
+		lost = ""
 	}
-	return healthOf(s, s.CheckDamage)
+	sv.mu.Unlock()
+	if givenUp != "" {
+		return health{gone: givenUp, checkDamage: sv.damage}
+	}
+	s, err := p.Status(stats && files)
+	if err != nil {
+		if p.IsGone() || p.Settle() {
+			if held {
+				return health{gone: fmt.Sprintf("%s; a new mounter is taking its connection over", p.EndedWhy()), checkDamage: sv.damage}
+			}
+			return health{gone: fmt.Sprintf("%s; its mount is dead: the next NodePublishVolume or NodeStageVolume serves it again", p.EndedWhy()), checkDamage: sv.damage}
+		}
+		return health{gone: fmt.Sprintf("its mounter (%s) does not answer: %v", p, err), checkDamage: sv.damage}
+	}
+	h := healthOf(s, s.CheckDamage)
+	h.lost = lost
+	return h
 }
 
 // healthOf is the health a server's status tells; checkDamage is what the check before serving
@@ -185,10 +231,11 @@ func healthOf(s *protocol.Status, checkDamage string) health {
 // hold writes the volume back and holds every operation on it, in this process or in its
 // mounter, so that its device can be copied as it is (serving.Server.Hold, mounters.Mounter.Hold).
 func (sv *servedVolume) hold(limit time.Duration) (release func() (time.Duration, error), err error) {
-	if sv.remote == nil {
+	p := sv.mounter()
+	if p == nil {
 		return sv.local.Hold(limit)
 	}
-	return sv.remote.Hold(limit)
+	return p.Hold(limit)
 }
 
 // memory is what the volume's server holds in memory; nil when its mounter is too old to say
@@ -197,7 +244,7 @@ func (sv *servedVolume) memory() *protocol.Memory {
 	if sv.local != nil {
 		return sv.local.Memory()
 	}
-	m, err := sv.remote.Memory()
+	m, err := sv.mounter().Memory()
 	if err != nil {
 		return nil
 	}

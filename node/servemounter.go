@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -47,7 +48,7 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 		return nil, status.Errorf(code, format, args...)
 	}
 	devFD := int(dev.OSFile().Fd())
-	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: &protocol.CheckArgs{Repair: serving.Repairs(rec, st.ReadOnly), Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec)}}, m.cfg.Mounter.CheckLimit(), devFD)
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: m.checkArgs(rec, st.ReadOnly)}, m.cfg.Mounter.CheckLimit(), devFD)
 	if err != nil {
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) {
@@ -74,23 +75,28 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 	if err != nil {
 		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
 	}
-	args := &protocol.ServeArgs{
-		Options: mounters.ServeOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: st.Path,
-		Damage: damage, Checked: true, Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec),
-	}
-	fds := []int{devFD, int(fuseFile.Fd())}
+	defer fuseFile.Close()
+	args := m.serveArgs(rec, st.Path, devPath, optString, damage)
+	var direct *os.File
 	// The mounter may not open the device: it gets the twin for direct reads and writes from
 	// here (for reads alone when the volume is served read-only).
 	if twin, err := blockdev.OpenDirectTwin(dev.OSFile(), !opts.ReadOnly); err == nil {
 		defer twin.Close()
-		args.Direct = true
-		fds = append(fds, int(twin.Fd()))
+		args.Direct, direct = true, twin
 	} else {
 		klog.V(2).InfoS("large reads and writes go through the page cache", "volume", rec.ID, "reason", err)
 	}
-	_, err = p.Call(&protocol.Request{Op: protocol.OpServe, Serve: args}, mounters.ServeTimeout, fds...)
-	fuseFile.Close()
+	// This process keeps copies of the connection and the device, so that the mount outlives
+	// the mounter and a new one can take it over (takeover.go).
+	held, err := holdConnection(rec.ID, fuseFile, dev.OSFile(), direct)
 	if err != nil {
+		unix.Unmount(st.Path, unix.MNT_DETACH)
+		return fail(codes.Internal, "volume %s: %v", rec.ID, err)
+	}
+	args.State = true
+	_, err = p.Call(&protocol.Request{Op: protocol.OpServe, Serve: args}, mounters.ServeTimeout, held.FDs()...)
+	if err != nil {
+		held.Close()
 		unix.Unmount(st.Path, unix.MNT_DETACH)
 		var re *protocol.RemoteError
 		if !errors.As(err, &re) && p.Settle() {
@@ -105,7 +111,44 @@ func (m *Manager) serveInMounter(rec volume.Record, devPath string, st *volume.S
 		klog.V(2).InfoS("the mount's read-ahead stays at the kernel's default", "volume", rec.ID, "reason", err)
 	}
 	st.Mounter = p.Record()
-	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: damage}, nil
+	return &servedVolume{id: rec.ID, name: rec.Name, path: st.Path, remote: p, damage: damage, held: held}, nil
+}
+
+// checkArgs is how a mounter checks the volume before serving it.
+func (m *Manager) checkArgs(rec volume.Record, readOnly bool) *protocol.CheckArgs {
+	return &protocol.CheckArgs{Repair: serving.Repairs(rec, readOnly), Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec)}
+}
+
+// serveArgs is how a mounter serves the volume at the staging path, with the mount options
+// optString and the damage the check left; the descriptors' flags are the caller's.
+func (m *Manager) serveArgs(rec volume.Record, staging, devPath, optString, damage string) *protocol.ServeArgs {
+	return &protocol.ServeArgs{
+		Options: mounters.ServeOptions(optString), Mode: rec.Params.Mode, CacheBytes: rec.Params.CacheBytes, Source: devPath, Mountpoint: staging,
+		Damage: damage, Checked: true, Partition: rec.Partition, MemoryLimit: m.launcher.MemoryBound(rec),
+	}
+}
+
+// holdConnection makes this process's copies of a served volume's FUSE descriptor, device and
+// twin (nil when there is none), and its state descriptor.
+func holdConnection(id string, fuse, dev, direct *os.File) (*mounters.Held, error) {
+	h := &mounters.Held{}
+	var err error
+	if h.State, err = mounters.NewState(id); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		from *os.File
+		to   **os.File
+	}{{fuse, &h.FUSE}, {dev, &h.Device}, {direct, &h.Direct}} {
+		if c.from == nil {
+			continue
+		}
+		if *c.to, err = mounters.Dup(c.from); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	return h, nil
 }
 
 func (m *Manager) checkAdoptable(d media.Device, partition string) (string, error) {
@@ -142,7 +185,9 @@ func (m *Manager) adoptMounter(rec volume.Record, st *volume.StageRecord) (*serv
 	if err != nil {
 		return nil, err
 	}
-	return &servedVolume{id: rec.ID, path: st.Path, remote: p, damage: s.CheckDamage}, nil
+	sv := &servedVolume{id: rec.ID, name: rec.Name, path: st.Path, remote: p, damage: s.CheckDamage}
+	m.holdAdopted(sv)
+	return sv, nil
 }
 
 // stagedOn tells whether a volume on the device (any of its partitions) is staged.

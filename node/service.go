@@ -172,6 +172,9 @@ func (m *Manager) stage(rec volume.Record, st *volume.StageRecord) error {
 		}
 		return err
 	}
+	if sv.held != nil {
+		go m.supervise(sv)
+	}
 	klog.InfoS("staged volume", "volume", rec.ID, "path", st.Path, "device", devPath, "readOnly", opts.ReadOnly)
 	return nil
 }
@@ -301,10 +304,10 @@ func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVol
 	if st == nil || st.Path != staging {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
 	}
-	if sv != nil && sv.remote != nil && sv.gone() {
+	if sv != nil && sv.mounter() != nil && sv.gone() {
 		// Its mounter died (killed, out of memory, a panic): kubelet may never stage it again,
 		// so serve it again here, after the check and repair of every staging.
-		klog.InfoS("serving again a volume whose mounter is gone", "volume", id.String(), "why", sv.remote.EndedWhy())
+		klog.InfoS("serving again a volume whose mounter is gone", "volume", id.String(), "why", sv.mounter().EndedWhy())
 		again := *st
 		if err := m.stage(rec, &again); err != nil {
 			return nil, err

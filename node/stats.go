@@ -41,6 +41,9 @@ func (m *Manager) condition(rec volume.Record, h health, path string) (abnormal 
 	if h.gone != "" {
 		return true, h.gone
 	}
+	if h.lost != "" {
+		return true, h.lost
+	}
 	if err := hostmount.Healthy(path); err != nil {
 		return true, fmt.Sprintf("mount at %s: %v", path, err)
 	}

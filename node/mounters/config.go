@@ -36,6 +36,12 @@ type Config struct {
 	// ProbeCommand runs that look instead of Command's binary with "probe-medium"; only tests
 	// set it, to stand in a prober that misbehaves.
 	ProbeCommand []string `json:"probeCommand,omitempty"`
+	// Version is the version of the mounters this plugin starts (the driver's). A mounter
+	// found serving with another version (OpBuild) is replaced by one of this plugin's, by a
+	// hand-over of its live connection, unless NoUpgrade.
+	Version string `json:"version,omitempty"`
+	// NoUpgrade leaves mounters of another version serving until their volume is unstaged.
+	NoUpgrade bool `json:"noUpgrade,omitempty"`
 }
 
 // process tells whether volumes are served by mounters (processes or pods), not in this process.

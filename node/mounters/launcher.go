@@ -26,5 +26,21 @@ func (l *Launcher) Start(rec volume.Record) (*Mounter, error) {
 	if l.cfg.Mode == Pod {
 		return l.startPod(rec)
 	}
-	return l.spawn(rec)
+	return l.spawn(rec, false)
 }
+
+// StartNext starts a mounter to take over the connection of the volume's current one, which may
+// still run (a hand-over) or have left its socket behind: a process gets a socket of its own.
+func (l *Launcher) StartNext(rec volume.Record) (*Mounter, error) {
+	if l.cfg.Mode == Pod {
+		return l.startPod(rec)
+	}
+	return l.spawn(rec, true)
+}
+
+// Version is the version this plugin's mounters run, which those of another are replaced by
+// (Config.Version, else this build's).
+func (l *Launcher) Version() string { return l.cfg.Version }
+
+// Upgrades tells whether mounters of another version are replaced by a hand-over.
+func (l *Launcher) Upgrades() bool { return !l.cfg.NoUpgrade }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/csi-fat/csi-fat/mounter/protocol"
 	"github.com/csi-fat/csi-fat/node/volume"
@@ -28,10 +30,18 @@ func (l *Launcher) socketFor(name string) (socket, logPath string, err error) {
 // does not end it), as an unprivileged user with no capabilities, listening on a socket this
 // process creates (the mounter may not create files in the state directory) and logging to a
 // file this process opens.
-func (l *Launcher) spawn(rec volume.Record) (*Mounter, error) {
+func (l *Launcher) spawn(rec volume.Record, next bool) (*Mounter, error) {
 	socket, logPath, err := l.socketFor(rec.Name)
 	if err != nil {
 		return nil, err
+	}
+	if next {
+		// The mounter it replaces may still listen at the volume's socket (a hand-over) or have
+		// left it behind: the new one gets a socket of its own, which its record names.
+		socket = strings.TrimSuffix(socket, ".sock") + "-" + strconv.FormatInt(time.Now().UnixNano()%(1<<30), 36) + ".sock"
+		if len(socket) > unixPathMax {
+			return nil, fmt.Errorf("mounter socket path %s is longer than a unix socket path may be (%d bytes): use a shorter --state-dir", socket, unixPathMax)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		return nil, err
