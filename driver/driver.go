@@ -121,6 +121,10 @@ func New(cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
+	if cfg.Node.Mounter.Version == "" {
+		// Mounters are this binary: a mounter of another version was started by another driver.
+		cfg.Node.Mounter.Version = Version
+	}
 	m, err := node.NewManager(cfg.Node)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,6 +31,9 @@ var (
 	descBound = prometheus.NewDesc("csi_fat_volume_server_memory_bound_bytes",
 		"The memory a staged volume's mounter is held to (its pod's overhead plus the volume's cache size; not reported when unbounded).",
 		[]string{"volume_id"}, nil)
+	descMounter = prometheus.NewDesc("csi_fat_volume_mounter_info",
+		"1 for each staged volume served by a mounter: its version (\"\" for one too old to say), and whether this plugin holds its FUSE connection (held=\"true\": a new mounter takes it over if it dies).",
+		[]string{"volume_id", "version", "held"}, nil)
 	descStaged = prometheus.NewDesc("csi_fat_volumes",
 		"Volumes on this node, by pool, and how many of them are staged.",
 		[]string{"pool", "staged"}, nil)
@@ -48,7 +53,7 @@ func NewCollector(m *Manager) *Collector { return &Collector{m: m} }
 
 // Describe sends the descriptions of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descNodes, descResident, descBound, descStaged, descUSBDevices} {
+	for _, d := range []*prometheus.Desc{descRequests, descBytes, descFlushes, descErrors, descDirty, descNodes, descResident, descBound, descMounter, descStaged, descUSBDevices} {
 		ch <- d
 	}
 }
@@ -91,6 +96,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes), it.id)
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Errors), it.id)
 		ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(h.dirty), it.id)
+		if p := it.sv.mounter(); p != nil {
+			v, _ := p.Build()
+			ch <- prometheus.MustNewConstMetric(descMounter, prometheus.GaugeValue, 1, it.id, v, fmt.Sprint(it.sv.held != nil))
+		}
 		if mem := it.sv.memory(); mem != nil {
 			ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(mem.Nodes), it.id)
 			if mem.Resident > 0 {

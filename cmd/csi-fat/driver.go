@@ -74,6 +74,7 @@ type driverFlags struct {
 	allowSerial, denySerial, allowByID, denyByID                    listFlag
 	allowByPath, denyByPath, includeByID, includeByPath             listFlag
 	mounter, mounterUser                                            string
+	mounterUpgrade                                                  bool
 	pods                                                            podFlags
 	discovery                                                       discoveryFlags
 }
@@ -103,6 +104,7 @@ func newDriverFlagSet(out io.Writer) (*flag.FlagSet, *driverFlags) {
 	fs.StringVar(&f.registrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it (default: /var/lib/kubelet/plugins/<driver-name>/csi.sock)")
 	fs.StringVar(&f.mounter, "mounter", "auto", "where volumes are served: \"pod\" (a mounter pod per volume, unprivileged, made through the API; it outlives the driver's pod), \"process\" (a mounter process per volume, unprivileged, which outlives a restart of the driver), \"inprocess\" (in the driver's process: a restart kills the mounts), or \"auto\": in a Kubernetes pod, pod when --mounter-image is set and else inprocess (a child process would die with the container); elsewhere process")
 	fs.StringVar(&f.mounterUser, "mounter-user", "65534:65534", "UID:GID the mounters run as (numeric); they need no privilege")
+	fs.BoolVar(&f.mounterUpgrade, "mounter-upgrade", true, "replace each running mounter of another version than this driver's by a new one, one volume at a time, by a hand-over of its live FUSE connection (applications pause, see no error); false leaves old mounters serving until their volume is unstaged")
 	f.pods.register(fs)
 	fs.BoolVar(&f.usb, "media-pool", false, "enable the removable-media pool: USB disks, SD/MMC cards and devices an include pattern names, formatted or adopted by volumes of pool \"media\" (or \"usb\")")
 	fs.StringVar(&f.usbCfg.SysfsRoot, "media-sysfs-root", f.usbCfg.SysfsRoot, "sysfs root to find block devices under (<root>/block/*)")
@@ -169,6 +171,7 @@ func (f *driverFlags) mounterConfig() (mounters.Config, error) {
 	}
 	uid32, gid32 := uint32(uid), uint32(gid)
 	c.UID, c.GID = &uid32, &gid32
+	c.NoUpgrade = !f.mounterUpgrade
 	if c.Mode == mounters.Pod {
 		pc, err := f.pods.config()
 		if err != nil {
