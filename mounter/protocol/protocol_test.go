@@ -151,6 +151,10 @@ func TestWrongDescriptorCounts(t *testing.T) {
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 0, "takes 2 descriptors"},
 		{Request{Op: OpServe, Serve: &ServeArgs{}}, 3, "takes 2 descriptors"},
 		{Request{Op: OpServe, Serve: &ServeArgs{Direct: true}}, 2, "takes 3 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{State: true}}, 2, "takes 3 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{Direct: true, State: true}}, 3, "takes 4 descriptors"},
+		{Request{Op: OpServe, Serve: &ServeArgs{Resume: true}}, 2, "without its state descriptor"},
+		{Request{Op: OpDescriptors}, 1, "takes 0 descriptors"},
 		{Request{Op: OpCheck, Check: &CheckArgs{}}, 2, "takes 1 descriptors"},
 		{Request{Op: OpStatus}, 1, "takes 0 descriptors"},
 		{Request{Op: OpServe}, 2, "without its arguments"},
@@ -194,8 +198,8 @@ func TestSendRefusesOversize(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Fatalf("Send = %v", err)
 	}
-	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2, 0); err == nil {
-		t.Fatal("Send took 4 descriptors")
+	if err := Send(a, &Request{Version: Version, Op: OpStatus}, 0, 1, 2, 0, 1); err == nil {
+		t.Fatal("Send took 5 descriptors")
 	}
 	_ = syscall.EBADF
 }
@@ -236,5 +240,51 @@ func TestPartitionCompatible(t *testing.T) {
 	sendRaw(t, a, []byte(`{"version":1,"op":"check","check":{"repair":true,"partition":"2"}}`))
 	if _, err := Receive(b, &old, time.Now().Add(5*time.Second)); err == nil || !strings.Contains(err.Error(), "partition") {
 		t.Errorf("an older mounter's reading of a request with a partition: %v, want a refusal naming the field", err)
+	}
+}
+
+// TestDescriptorsAnswer: OpDescriptors' answer brings the descriptors it names, in order; an
+// answer whose descriptors are not those it names is refused with none left open.
+func TestDescriptorsAnswer(t *testing.T) {
+	a, b := pair(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	answer := func(d *Descriptors, fds ...int) {
+		var req Request
+		files, err := Receive(b, &req, time.Now().Add(time.Second))
+		if err != nil || len(files) != 0 || req.Op != OpDescriptors {
+			t.Errorf("peer read %+v, %d files, %v", req, len(files), err)
+		}
+		if err := Send(b, &Response{Version: Version, Descriptors: d}, fds...); err != nil {
+			t.Error(err)
+		}
+	}
+	go answer(&Descriptors{State: true}, int(r.Fd()), int(w.Fd()), int(r.Fd()))
+	resp, files, err := CallFiles(a, &Request{Op: OpDescriptors}, time.Second)
+	if err != nil || len(files) != 3 || !resp.Descriptors.State || resp.Descriptors.Direct {
+		t.Fatalf("CallFiles = %+v, %d files, %v", resp, len(files), err)
+	}
+	// The second came as the pipe's writing end: what is written there is read at the first.
+	if _, err := files[1].Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var buf [1]byte
+	if _, err := files[0].Read(buf[:]); err != nil || buf[0] != 'x' {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	before := openFDs(t)
+	go answer(&Descriptors{Direct: true, State: true}, int(r.Fd()), int(w.Fd()))
+	if _, files, err := CallFiles(a, &Request{Op: OpDescriptors}, time.Second); err == nil || len(files) != 0 {
+		t.Fatalf("an answer with 2 descriptors naming 4: %d files, %v", len(files), err)
+	}
+	if n := openFDs(t); n != before {
+		t.Fatalf("%d descriptors open after a refused answer, %d before", n, before)
 	}
 }
