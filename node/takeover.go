@@ -66,10 +66,11 @@ func (m *Manager) supervise(sv *servedVolume) {
 
 // replace starts mounters until one takes the connection over, or gives the connection up when
 // too many ended lately; it tells whether it gave up. The caller holds sv.takeover.
-func (m *Manager) replace(sv *servedVolume, why string) (givenUp bool) {
+func (m *Manager) replace(sv *servedVolume, death string) (givenUp bool) {
+	why := death
 	for {
 		if n := sv.ended(); n > takeoverEnds {
-			m.giveUp(sv, fmt.Sprintf("gave up the volume's FUSE connection after its mounters ended %d times within %v (the last: %s): open files on it failed; it is served afresh", n, takeoverWindow, why))
+			m.giveUp(sv, fmt.Sprintf("gave up the volume's FUSE connection: %s, and its mounters ended %d times within %v (the last: %s); what was open on the mount failed, and the volume is served afresh", death, n, takeoverWindow, why))
 			return true
 		}
 		start := time.Now()
