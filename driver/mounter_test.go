@@ -308,64 +308,6 @@ func TestPlainHostMounterOutlivesDriver(t *testing.T) {
 	c.end(t, syscall.SIGTERM)
 }
 
-// TestMounterDeathIsolated: killing one volume's mounter leaves the node's other volume
-// working; the dead one's condition is abnormal and says why, and the next publish serves it
-// again (after the check and repair) with everything that was fsync'ed.
-func TestMounterDeathIsolated(t *testing.T) {
-	requireFUSE(t)
-	td := startDriver(t, "", withMounters)
-	dir := td.dir
-	ctx := context.Background()
-	idA := stagePublish(t, td.ctrl, td.node, "alpha", filepath.Join(dir, "sa"), filepath.Join(dir, "ta"))
-	stagePublish(t, td.ctrl, td.node, "beta", filepath.Join(dir, "sb"), filepath.Join(dir, "tb"))
-	writeSynced(t, filepath.Join(dir, "ta", "kept.txt"), "fsync'ed\n")
-	w := startWriter(t, filepath.Join(dir, "tb", "log.txt"))
-	ma := stagedMounter(t, dir, "alpha")
-	if err := syscall.Kill(ma.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var stats *csi.NodeGetVolumeStatsResponse
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		stats, err = td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: idA, VolumePath: filepath.Join(dir, "ta")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stats.GetVolumeCondition().GetAbnormal() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	msg := stats.GetVolumeCondition().GetMessage()
-	if !stats.GetVolumeCondition().GetAbnormal() || !strings.Contains(msg, "killed") || !strings.Contains(msg, strconv.Itoa(ma.PID)) {
-		t.Fatalf("condition of the volume whose mounter was killed: %v", stats.GetVolumeCondition())
-	}
-	if _, err := os.ReadDir(filepath.Join(dir, "ta")); !errors.Is(err, syscall.ENOTCONN) {
-		t.Fatalf("the killed mounter's mount: %v, want ENOTCONN", err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if n := w.end(t); n < 10 {
-		t.Fatalf("the other volume took only %d records", n)
-	}
-	// The next pod's publish serves it again.
-	ta2 := filepath.Join(dir, "ta2")
-	if _, err := td.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: idA, StagingTargetPath: filepath.Join(dir, "sa"),
-		TargetPath: ta2, VolumeCapability: rwCap()}); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(filepath.Join(ta2, "kept.txt")); err != nil || string(got) != "fsync'ed\n" {
-		t.Fatalf("after serving again: %q, %v", got, err)
-	}
-	if again := stagedMounter(t, dir, "alpha"); again.PID == ma.PID || !alive(again.PID) {
-		t.Fatalf("mounter after serving again: %+v", again)
-	}
-	stats, err := td.node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: idA, VolumePath: ta2})
-	if err != nil || stats.GetVolumeCondition().GetAbnormal() {
-		t.Fatalf("stats after serving again: %v, %v", stats, err)
-	}
-}
-
 // TestHostileImageLeavesPluginServing: a medium whose parsing crashes or hangs the checker (the
 // mounter's test fault stands in for such an image) fails its own staging, within the check's
 // time limit; the plugin, which never parses it, goes on serving the node's other volumes.
