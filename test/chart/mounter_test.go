@@ -22,6 +22,7 @@ func TestMounterPods(t *testing.T) {
 		"mounter-memory-request":    "32Mi",
 		"mounter-memory-overhead":   "200Mi",
 		"mounter-start-timeout":     "2m",
+		"mounter-upgrade":           "true",
 		"kubelet-dir":               "/data/kubelet",
 		"mounter-image-pull-secret": "regcred",
 	})
@@ -30,6 +31,14 @@ func TestMounterPods(t *testing.T) {
 	}
 	if host, m := pod.hostPathOf(driver, "/data/kubelet"); host != "/data/kubelet" || m.MountPropagation != "Bidirectional" {
 		t.Errorf("the kubelet directory is mounted from %q with propagation %q: the driver would not reach mounter sockets or share mounts", host, m.MountPropagation)
+	}
+}
+
+// TestMounterUpgradeOff: mounter.upgrade=false leaves mounters of another version serving.
+func TestMounterUpgradeOff(t *testing.T) {
+	driver := render(t, "--set", "mounter.upgrade=false").nodePlugin(t).container(t, "csi-fat")
+	if got := driver.flag(t, "mounter-upgrade"); got != "false" {
+		t.Errorf("--mounter-upgrade=%q with mounter.upgrade=false", got)
 	}
 }
 
