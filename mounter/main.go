@@ -64,7 +64,7 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	l.SetUnlinkOnClose(false) // the plugin removes it once the mounter is gone
-	log.Info("mounter started", "uid", os.Getuid(), "gid", os.Getgid())
+	log.Info("mounter started", "uid", os.Getuid(), "gid", os.Getgid(), "version", buildVersion())
 	s := NewServer(log)
 	if err := s.Serve(l); err != nil {
 		log.Error("serving control requests", "error", err)

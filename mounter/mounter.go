@@ -146,8 +146,8 @@ func (s *Server) handle(c *net.UnixConn) {
 			return
 		}
 		// Status is asked often; a grow that grows is logged by the engine, one that has
-		// nothing to do changes nothing.
-		if req.Op != protocol.OpStatus && req.Op != protocol.OpGrow {
+		// nothing to do changes nothing; the version is logged at start.
+		if req.Op != protocol.OpStatus && req.Op != protocol.OpGrow && req.Op != protocol.OpBuild {
 			s.log.Info("request", "op", req.Op, "volume", req.Volume)
 		}
 		resp := s.do(&req, files)

@@ -98,17 +98,28 @@ func (p *Mounter) Descriptors() (*Held, error) {
 	return h, nil
 }
 
-// Build asks the mounter's version; "" for a mounter older than the operation.
+// Build asks the mounter's version, once; "" for a mounter older than the operation.
 func (p *Mounter) Build() (string, error) {
+	p.mu.Lock()
+	known, v := p.buildKnown, p.build
+	p.mu.Unlock()
+	if known {
+		return v, nil
+	}
 	resp, err := p.Call(&protocol.Request{Op: protocol.OpBuild}, CallTimeout)
 	var re *protocol.RemoteError
-	if errors.As(err, &re) && re.Code == protocol.CodeInvalid {
-		return "", nil
-	}
-	if err != nil {
+	switch {
+	case errors.As(err, &re) && re.Code == protocol.CodeInvalid:
+		v = ""
+	case err != nil:
 		return "", err
+	default:
+		v = resp.Build
 	}
-	return resp.Build, nil
+	p.mu.Lock()
+	p.build, p.buildKnown = v, true
+	p.mu.Unlock()
+	return v, nil
 }
 
 // HandOver has the mounter stop serving, write everything back and exit, leaving its live

@@ -33,6 +33,9 @@ type Mounter struct {
 	goneOnce sync.Once
 	mu       sync.Mutex
 	why      string // how it ended
+	// build is its version (OpBuild), once buildKnown.
+	build      string
+	buildKnown bool
 }
 
 func (p *Mounter) Record() *volume.MounterRecord {
