@@ -1,7 +1,6 @@
 package fatfuse
 
 import (
-	"context"
 	"io/fs"
 	"syscall"
 	"time"
@@ -32,7 +31,7 @@ func (s *Server) canHoldReadOnly(isDir bool) bool {
 }
 
 // fillAttr describes fi as vfat's getattr would. n is the node, for a directory's link count.
-func (s *Server) fillAttr(ctx context.Context, n *node, fi fs.FileInfo, out *fuse.Attr) {
+func (s *Server) fillAttr(n *node, fi fs.FileInfo, out *fuse.Attr) {
 	a := fi.Sys().(*fatvol.Attr)
 	isDir := fi.IsDir()
 	out.Mode = s.modeOf(isDir, a.Attributes)
@@ -53,6 +52,7 @@ func (s *Server) fillAttr(ctx context.Context, n *node, fi fs.FileInfo, out *fus
 	out.Blocks = uint64((size + s.geoCluster - 1) / s.geoCluster * s.geoCluster / 512)
 	out.Nlink = 1
 	if n != nil {
+		out.Ino = n.ino
 		s.mu.Lock()
 		if n.unlinked {
 			out.Nlink = 0 // removed while open, as fstat shows it on Linux

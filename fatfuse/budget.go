@@ -2,14 +2,13 @@ package fatfuse
 
 import (
 	"log"
-	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // The kernel keeps every inode it looked up for as long as it has memory to spare, and the
-// server holds a node (and go-fuse an inode) for each until the kernel forgets it: a walk of a
+// server holds a node for each until the kernel forgets it: a walk of a
 // volume of many files would make the server's memory follow the file count. With a node budget
 // the server asks the kernel, past it, to forget what it has not used lately
 // (FUSE_NOTIFY_PRUNE, FUSE 7.45): the kernel drops only dentries that nothing holds, so open
@@ -76,34 +75,28 @@ func (s *Server) pruneOnce(ended <-chan struct{}) bool {
 		s.mu.Unlock()
 		return false
 	}
-	var unused []*node
+	var victims []uint64
 	for _, n := range s.byIno {
-		if len(unused) == excess {
+		if len(victims) == excess {
 			break
 		}
-		if n == s.root || n.anchor != nil || n.used.Swap(false) {
-			continue // the root; a removed file still open; or used since the last look
+		if n == s.root || n.anchor != nil || n.lookups == 0 || n.used.Swap(false) {
+			// The root; a removed file still open; a node the kernel does not hold, which only
+			// a readdir made; or used since the last look.
+			continue
 		}
-		unused = append(unused, n)
+		victims = append(victims, n.ino)
 	}
 	before := len(s.byIno)
 	s.mu.Unlock()
-	// Outside s.mu, which go-fuse's inode locks must never wait behind: only what the kernel
-	// holds can be forgotten.
-	var victims []*gofs.Inode
-	for _, n := range unused {
-		if !n.Inode.Forgotten() {
-			victims = append(victims, &n.Inode)
-		}
-	}
 	if len(victims) == 0 {
 		return s.rest(ended) // every node was used lately: look again later
 	}
 	for len(victims) > 0 {
 		batch := victims[:min(len(victims), pruneBatch)]
 		victims = victims[len(batch):]
-		if errno := s.root.NotifyPrune(batch); errno != 0 {
-			if errno == syscall.ENOSYS {
+		if st := s.fuse.PruneNotify(batch); !st.Ok() {
+			if st == fuse.ENOSYS {
 				log.Printf("fatfuse: %s: the kernel cannot be asked to forget inodes (FUSE_NOTIFY_PRUNE): the server's nodes stay unbounded", s.mountpoint)
 				s.mu.Lock()
 				s.budget = 0

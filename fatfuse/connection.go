@@ -1,7 +1,6 @@
 package fatfuse
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -17,27 +16,20 @@ type Connection struct {
 	Mountpoint string
 	// State is empty (a fresh connection) or written by a previous server (takeover); normally a
 	// memfd made and kept by the holder. The server keeps in it, at all times, what another server
-	// needs to take the connection over. nil: nothing kept, no takeover possible.
+	// needs to take the connection over (state.go). nil: nothing kept, no takeover possible.
 	State *os.File
 }
 
-// ServeConnection serves vol on a fresh connection: the server reads the kernel's INIT.
+// ServeConnection serves vol on a fresh connection: the server reads the kernel's INIT. The
+// mount's options were the holder's to pass to mount(2); opts are still the server's, and a
+// server taking the connection over must be given the same.
 func ServeConnection(vol *fatvol.Volume, c Connection, opts mountopt.Options) (*Server, error) {
-	return serve(vol, fmt.Sprintf("/dev/fd/%d", c.FD), c.Mountpoint, opts)
-}
-
-// ErrNoTakeover: the server cannot take the connection over.
-var ErrNoTakeover = errors.New("takeover not possible")
-
-// TakeOver serves vol on a live connection whose previous server ended, from the identities and
-// settings that server kept in c.State.
-func TakeOver(vol *fatvol.Volume, c Connection, opts mountopt.Options) (*Server, error) {
-	return nil, fmt.Errorf("take over %s: %w", c.Mountpoint, ErrNoTakeover)
-}
-
-// Pause hands the connection over: no request starts after it, those in progress finish, the
-// volume is written back and the state is left complete. Wait returns afterwards; the connection
-// stays alive for the next server.
-func (s *Server) Pause() error {
-	return fmt.Errorf("pause %s: %w", s.mountpoint, ErrNoTakeover)
+	s := newServer(vol, c.Mountpoint, opts)
+	if c.State != nil {
+		if err := c.State.Truncate(0); err != nil {
+			return nil, fmt.Errorf("serve %s: state file: %w", c.Mountpoint, err)
+		}
+		s.state = &stateLog{f: c.State}
+	}
+	return s.serve(fmt.Sprintf("/dev/fd/%d", c.FD))
 }

@@ -1,60 +1,62 @@
 package fatfuse
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/ondisk"
 )
 
-// Lookup finds name in directory n, case-insensitively as FAT does.
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+// lookup finds name in directory n, case-insensitively as FAT does.
+func (n *node) lookup(name string, out *fuse.EntryOut) syscall.Errno {
 	s := n.srv
 	if _, err := ondisk.CleanName(name); errors.Is(err, ondisk.ErrNameTooLong) {
-		return nil, syscall.ENAMETOOLONG
+		return syscall.ENAMETOOLONG
 	}
 	s.ns.RLock()
 	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
-		return nil, e
+		return e
 	}
 	fi, err := s.vol.Stat(p)
 	if err != nil {
-		return nil, s.errno(err)
+		return s.errno(err)
 	}
-	in := s.entry(ctx, n, fi, out)
+	c := s.entry(n, fi, out)
 	if name != fi.Name() {
-		if c, ok := in.Operations().(*node); ok {
-			s.addAlias(c, n, name)
-		}
+		s.addAlias(c, n, name)
 	}
-	return in, 0
+	return 0
 }
 
-// entry returns the inode for fi, found in directory parent, and describes it in out.
-func (s *Server) entry(ctx context.Context, parent *node, fi fs.FileInfo, out *fuse.EntryOut) *gofs.Inode {
-	in := s.childInode(ctx, parent, fi)
-	c, _ := in.Operations().(*node)
-	s.fillAttr(ctx, c, fi, &out.Attr)
-	return in
+// entry hands the kernel the node for fi, found in directory parent, and describes it in out.
+func (s *Server) entry(parent *node, fi fs.FileInfo, out *fuse.EntryOut) *node {
+	c := s.lookedUp(parent, fi)
+	out.NodeId, out.Generation = c.ino, c.gen
+	s.fillAttr(c, fi, &out.Attr)
+	out.SetEntryTimeout(cacheTimeout)
+	out.SetAttrTimeout(cacheTimeout)
+	return c
 }
 
-// Getattr describes the node, through an open handle when there is one, else through its
+// getattr describes the node, through an open handle when there is one, else through its
 // anchor once removed: both also serve files that were removed while open.
-func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (n *node) getattr(h *handle, out *fuse.AttrOut) syscall.Errno {
 	s := n.srv
 	var fi fs.FileInfo
 	var err error
-	if h, ok := f.(engineFile); ok {
-		fi, err = h.engineFile().Stat()
+	if h != nil {
+		f, e := h.file()
+		if e != 0 {
+			return e
+		}
+		fi, err = f.Stat()
 	} else {
 		s.ns.RLock()
 		fi, err = n.stat()
@@ -63,7 +65,8 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 	if err != nil {
 		return s.errno(err)
 	}
-	s.fillAttr(ctx, n, fi, &out.Attr)
+	s.fillAttr(n, fi, &out.Attr)
+	out.SetTimeout(cacheTimeout)
 	return 0
 }
 
@@ -73,51 +76,50 @@ func (n *node) stat() (fs.FileInfo, error) {
 	n.srv.mu.Lock()
 	a := n.anchor
 	p, linked := n.pathLocked()
+	lost := n.lost || (n.unlinked && a == nil && !n.isDir)
 	n.srv.mu.Unlock()
 	switch {
 	case a != nil:
 		return a.Stat()
+	case lost:
+		return nil, syscall.EIO
 	case !linked:
 		return nil, syscall.ENOENT // a removed directory
 	}
 	return n.srv.vol.Stat(p)
 }
 
-// Mkdir makes a directory; FAT keeps no mode, so mode is not used.
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+// mkdir makes a directory; FAT keeps no mode. Sent again after a takeover, it finds the
+// directory the dead server made and answers as if it had just made it.
+func (n *node) mkdir(name string, resent bool, out *fuse.EntryOut) syscall.Errno {
 	s := n.srv
 	if e := s.writable(); e != 0 {
-		return nil, e
+		return e
 	}
 	s.ns.RLock()
 	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
-		return nil, e
+		return e
 	}
-	if err := s.retryNoSpace(func() error { return s.vol.Mkdir(p) }); err != nil {
-		return nil, s.errno(err)
+	err := s.retryNoSpace(func() error { return s.vol.Mkdir(p) })
+	if err != nil && !(resent && fatvol.Errno(err) == syscall.EEXIST && isDir(s.vol.Stat(p))) {
+		return s.errno(err)
 	}
 	n.dirChanged()
 	fi, err := s.vol.Stat(p)
 	if err != nil {
-		return nil, s.errno(err)
+		return s.errno(err)
 	}
-	in := s.entry(ctx, n, fi, out)
-	return in, 0
+	s.entry(n, fi, out)
+	return 0
 }
 
-// Rmdir removes an empty directory.
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.remove(name, true)
-}
+func isDir(fi fs.FileInfo, err error) bool { return err == nil && fi.IsDir() }
 
-// Unlink removes a file; handles still open keep working until closed.
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.remove(name, false)
-}
-
-func (n *node) remove(name string, dir bool) syscall.Errno {
+// remove removes a file or an empty directory; handles still open on a file keep working until
+// closed. Sent again after a takeover, a name already gone was removed by the dead server.
+func (n *node) remove(name string, dir, resent bool) syscall.Errno {
 	s := n.srv
 	if e := s.writable(); e != 0 {
 		return e
@@ -130,6 +132,9 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	}
 	fi, err := s.vol.Stat(p)
 	if err != nil {
+		if resent && fatvol.Errno(err) == syscall.ENOENT {
+			return 0
+		}
 		return s.errno(err)
 	}
 	switch {
@@ -151,7 +156,7 @@ func (n *node) remove(name string, dir bool) syscall.Errno {
 	stale, unused := s.removedLocked(pos, anchor)
 	s.mu.Unlock()
 	closeAnchor(unused)
-	forgetAliases(stale)
+	s.forgetAliases(stale)
 	if dir {
 		n.dirChanged()
 	}
@@ -164,15 +169,12 @@ const (
 	renameExchange  = 1 << 1
 )
 
-// Rename moves name in n to newName in newParent, with renameat2's NOREPLACE and EXCHANGE.
-func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+// rename moves name in n to newName in np, with renameat2's NOREPLACE and EXCHANGE. Sent again
+// after a takeover, a source gone and a destination present mean the dead server renamed it.
+func (n *node) rename(name string, np *node, newName string, flags uint32, resent bool) syscall.Errno {
 	s := n.srv
 	if e := s.writable(); e != 0 {
 		return e
-	}
-	np, ok := newParent.(*node)
-	if !ok {
-		return syscall.EXDEV
 	}
 	s.ns.Lock()
 	defer s.ns.Unlock()
@@ -196,6 +198,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	src, err := s.vol.Stat(op)
 	if err != nil {
+		if resent && fl != fatvol.RenameExchange && fatvol.Errno(err) == syscall.ENOENT {
+			if _, derr := s.vol.Stat(nw); derr == nil {
+				return 0
+			}
+		}
 		return s.errno(err)
 	}
 	dst, derr := s.vol.Stat(nw)
@@ -215,7 +222,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	var stale []alias
 	var unused *fatvol.File
-	defer func() { forgetAliases(stale); closeAnchor(unused) }()
+	defer func() { s.forgetAliases(stale); closeAnchor(unused) }()
 	if fl == fatvol.RenameExchange {
 		// The entries swap contents; each position keeps its name.
 		dstPos := dst.Sys().(*fatvol.Attr).Pos
@@ -261,71 +268,72 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	return 0
 }
 
-// Create makes and opens a file. A mode without write bits gives it the read-only attribute.
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+// create makes and opens a file. A mode without write bits gives it the read-only attribute.
+// Sent again after a takeover, an O_EXCL create that finds the file opens the one the dead
+// server made.
+func (n *node) create(name string, flags, mode uint32, resent bool, out *fuse.CreateOut) syscall.Errno {
 	s := n.srv
 	if e := s.writable(); e != 0 {
-		return nil, nil, 0, e
+		return e
 	}
 	s.ns.RLock()
 	defer s.ns.RUnlock()
 	p, e := n.childPath(name)
 	if e != 0 {
-		return nil, nil, 0, e
+		return e
+	}
+	excl := int(flags) & os.O_EXCL
+	if resent {
+		excl = 0
 	}
 	var f *fatvol.File
 	err := s.retryNoSpace(func() error {
 		var err error
-		f, err = s.vol.OpenFile(p, openFlags(flags)|os.O_CREATE|int(flags)&os.O_EXCL, fs.FileMode(mode&0o777))
+		f, err = s.vol.OpenFile(p, openFlags(flags)|os.O_CREATE|excl, fs.FileMode(mode&0o777))
 		return err
 	})
 	if err != nil {
-		return nil, nil, 0, s.errno(err)
+		return s.errno(err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, s.errno(err)
+		return s.errno(err)
 	}
-	in := s.entry(ctx, n, fi, out)
-	return in, &handle{srv: s, f: f}, openReply, 0
+	c := s.entry(n, fi, &out.EntryOut)
+	h := s.addHandle(c, f, flags, false)
+	out.Fh, out.OpenFlags = h.fh, openReply
+	return 0
 }
 
-// Mknod makes regular files (mknod(2) with S_IFREG); FAT holds no other kind, and vfat answers
+// mknod makes regular files (mknod(2) with S_IFREG); FAT holds no other kind, and vfat answers
 // EPERM for them.
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) mknod(name string, mode uint32, resent bool, out *fuse.EntryOut) syscall.Errno {
 	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		return nil, syscall.EPERM
+		return syscall.EPERM
 	}
-	in, h, _, e := n.Create(ctx, name, syscall.O_WRONLY|syscall.O_EXCL, mode, out)
-	if e != 0 {
-		return nil, e
+	var co fuse.CreateOut
+	if e := n.create(name, syscall.O_WRONLY|syscall.O_EXCL, mode, resent, &co); e != 0 {
+		return e
 	}
-	h.(*handle).Release(ctx)
-	return in, 0
+	if h := n.srv.dropHandle(co.Fh); h != nil {
+		h.release()
+	}
+	*out = co.EntryOut
+	return 0
 }
 
-// Symlink fails as on vfat: FAT has no symbolic links.
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
-}
-
-// Link fails as on vfat: FAT has no hard links.
-func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	return nil, syscall.EPERM
-}
-
-// Statfs reports the volume in clusters, as vfat does, and files by the estimate the driver's
+// statfs reports the volume in clusters, as vfat does, and files by the estimate the driver's
 // volume stats report too (vfat shows none).
-func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	n.srv.settle()
-	st, err := n.srv.vol.StatFS()
+func (s *Server) statfs(out *fuse.StatfsOut) syscall.Errno {
+	s.settle()
+	st, err := s.vol.StatFS()
 	if err != nil {
-		return n.srv.errno(err)
+		return s.errno(err)
 	}
-	files, err := n.srv.vol.Files()
+	files, err := s.vol.Files()
 	if err != nil {
-		return n.srv.errno(err)
+		return s.errno(err)
 	}
 	out.Files = uint64(files.Total)
 	out.Ffree = uint64(files.Free)
@@ -339,16 +347,3 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.NameLen = 255
 	return 0
 }
-
-var (
-	_ gofs.NodeGetattrer = (*node)(nil)
-	_ gofs.NodeMkdirer   = (*node)(nil)
-	_ gofs.NodeRmdirer   = (*node)(nil)
-	_ gofs.NodeUnlinker  = (*node)(nil)
-	_ gofs.NodeRenamer   = (*node)(nil)
-	_ gofs.NodeCreater   = (*node)(nil)
-	_ gofs.NodeMknoder   = (*node)(nil)
-	_ gofs.NodeSymlinker = (*node)(nil)
-	_ gofs.NodeLinker    = (*node)(nil)
-	_ gofs.NodeStatfser  = (*node)(nil)
-)

@@ -1,28 +1,13 @@
 package fatfuse
 
 import (
-	"context"
 	"errors"
 	"io"
 	"os"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-
-	"github.com/csi-fat/csi-fat/fatvol"
 )
-
-// engineFile is a handle backed by an open engine file.
-type engineFile interface{ engineFile() *fatvol.File }
-
-// handle is an open file.
-type handle struct {
-	srv *Server
-	f   *fatvol.File
-}
-
-func (h *handle) engineFile() *fatvol.File { return h.f }
 
 // openFlags keeps the open(2) flags the engine acts on. O_TRUNC is not among them: without
 // atomic_o_trunc the kernel truncates through setattr.
@@ -30,19 +15,21 @@ func openFlags(flags uint32) int {
 	return int(flags) & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR | os.O_APPEND)
 }
 
-// Open opens file n.
-func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+// open opens file n.
+func (n *node) open(flags uint32, out *fuse.OpenOut) syscall.Errno {
 	s := n.srv
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		if e := s.writable(); e != 0 {
-			return nil, 0, e
+			return e
 		}
 	}
 	f, e := n.opened(openFlags(flags))
 	if e != 0 {
-		return nil, 0, e
+		return e
 	}
-	return &handle{srv: s, f: f}, openReply, 0
+	h := s.addHandle(n, f, flags, false)
+	out.Fh, out.OpenFlags = h.fh, openReply
+	return 0
 }
 
 // openReply are the flags of every file open's answer. KEEP_CACHE: the engine is the only
@@ -52,9 +39,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // at the last release.
 const openReply = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH
 
-// Read reads at off; short at the end of the file.
-func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := h.f.ReadAt(dest, off)
+// read reads at off; short at the end of the file.
+func (h *handle) read(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f, e := h.file()
+	if e != 0 {
+		return nil, e
+	}
+	n, err := f.ReadAt(dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.srv.errno(err)
 	}
@@ -63,15 +54,33 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
-// Write writes at off (at the end under O_APPEND, which the engine applies).
-func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+// write writes at off (at the end under O_APPEND, which the engine applies). A write the kernel
+// sends again after a takeover goes to the offset it names even under O_APPEND: the dead server
+// may have applied it already, and at that offset a second time changes nothing.
+func (h *handle) write(data []byte, off int64, resent bool) (uint32, syscall.Errno) {
 	if e := h.srv.writable(); e != 0 {
 		return 0, e
 	}
+	if h.takeLostWrites() {
+		return 0, syscall.EIO
+	}
+	f, e := h.file()
+	if e != 0 {
+		return 0, e
+	}
+	if resent && h.flags&syscall.O_APPEND != 0 {
+		p, err := f.Reopen(os.O_WRONLY)
+		if err != nil {
+			return 0, h.srv.errno(err)
+		}
+		defer closeAnchor(p)
+		f = p
+	}
+	h.wrote()
 	var n int
 	err := h.srv.retryNoSpace(func() error {
 		var err error
-		n, err = h.f.WriteAt(data, off)
+		n, err = f.WriteAt(data, off)
 		if n > 0 {
 			return nil // a short write; the next one reports the error
 		}
@@ -83,37 +92,55 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(n), 0
 }
 
-// Fsync makes the file durable.
-func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.srv.errno(h.f.Sync())
+// fsync makes the file durable.
+func (h *handle) fsync() syscall.Errno {
+	if h.takeLostWrites() {
+		return syscall.EIO
+	}
+	f, e := h.file()
+	if e != 0 {
+		return e
+	}
+	if err := f.Sync(); err != nil {
+		return h.srv.errno(err)
+	}
+	h.synced()
+	return 0
 }
 
-// Release closes the handle; the last close of a removed file frees its clusters.
-func (h *handle) Release(ctx context.Context) syscall.Errno {
-	return h.srv.errno(h.f.Close())
+// flush answers close(2) where the kernel sends FLUSH (not for handles opened here, which ask
+// it not to): only to report writes a crash lost.
+func (h *handle) flush() syscall.Errno {
+	if h.takeLostWrites() {
+		return syscall.EIO
+	}
+	return 0
+}
+
+// release closes the handle; the last close of a removed file frees its clusters.
+func (h *handle) release() {
+	if err := h.close(); err != nil {
+		h.srv.errno(err)
+	}
 }
 
 // fallocate(2) modes vfat supports.
 const fallocKeepSize = 0x1
 
-// Allocate reserves clusters, as vfat: mode 0 (grow, zero-filled) and FALLOC_FL_KEEP_SIZE only.
-func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+// allocate reserves clusters, as vfat: mode 0 (grow, zero-filled) and FALLOC_FL_KEEP_SIZE only.
+func (h *handle) allocate(off uint64, size uint64, mode uint32) syscall.Errno {
 	if mode&^fallocKeepSize != 0 {
 		return syscall.EOPNOTSUPP
 	}
 	if e := h.srv.writable(); e != 0 {
 		return e
 	}
+	f, e := h.file()
+	if e != 0 {
+		return e
+	}
+	h.wrote()
 	return h.srv.errno(h.srv.retryNoSpace(func() error {
-		return h.f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0)
+		return f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0)
 	}))
 }
-
-var (
-	_ gofs.NodeOpener    = (*node)(nil)
-	_ gofs.FileReader    = (*handle)(nil)
-	_ gofs.FileWriter    = (*handle)(nil)
-	_ gofs.FileFsyncer   = (*handle)(nil)
-	_ gofs.FileReleaser  = (*handle)(nil)
-	_ gofs.FileAllocater = (*handle)(nil)
-)

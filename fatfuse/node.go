@@ -1,36 +1,40 @@
 package fatfuse
 
 import (
-	"context"
-	"io/fs"
 	"log"
 	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/csi-fat/csi-fat/fatvol"
 )
 
-// node is one file or directory the kernel knows. Its place (parent and stored name) is kept
-// here rather than taken from go-fuse's tree: a case-insensitive lookup ("foo" for "Foo") adds
-// a second name for the same inode there, and the engine needs the one that exists.
+// node is one file or directory the kernel knows. Its FUSE node ID is its inode number: the
+// device position of its entry when it was first known, or a synthetic number above 1<<62 when a
+// renamed node held that position's number. Both are kept in the state file (state.go), so a
+// server taking the connection over names the same files by the same IDs.
 type node struct {
-	gofs.Inode
-	srv *Server
+	srv   *Server
+	ino   uint64 // fixed for the node's life, and its node ID
+	gen   uint64 // tells this node from an earlier one of the same number
+	isDir bool
 
 	// Guarded by srv.mu.
 	parent   *node
 	name     string // as stored on the volume
 	pos      int64  // device offset of the entry (Attr.Pos); 0 for the root
-	ino      uint64 // fixed for the node's life
+	lookups  uint64 // the kernel's references: entries it was given less those it forgot
 	unlinked bool
+	// lost: after a crash, the state named an entry the volume does not have (a change that was
+	// never written back); its requests fail with EIO rather than reach another file.
+	lost bool
 	// anchor holds the engine's file once its entry went (unlink, rename over it) while the
 	// kernel still knows the inode: FUSE's node lives until the kernel forgets it, and an open
 	// of it (/proc/self/fd/N, or a path walk that found it just before a rename over it) must
-	// reach the same file, as on a local file system. OnForget closes it; the file's clusters
+	// reach the same file, as on a local file system. forget closes it; the file's clusters
 	// go at that close or the last handle's, whichever comes later.
 	anchor  *fatvol.File
 	subdirs int    // cached count of subdirectories, -1 when unknown
@@ -60,7 +64,7 @@ func (n *node) pathLocked() (string, bool) {
 	}
 	var parts []string
 	for p := n; p.parent != nil; p = p.parent {
-		if p.unlinked {
+		if p.unlinked || p.lost {
 			return "", false
 		}
 		parts = append(parts, p.name)
@@ -91,19 +95,27 @@ func (n *node) childPath(name string) (string, syscall.Errno) {
 	return p + "/" + name, 0
 }
 
-// identify returns the node for the entry at pos, making one if none is known: the same entry
-// always meets the same node, so the kernel sees one inode however it is reached.
-func (s *Server) identifyLocked(pos int64) *node {
+// node resolves a node ID the kernel sent; nil when no node has it.
+func (s *Server) node(id uint64) *node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byIno[id]
+}
+
+// identifyLocked returns the node for the entry at pos, making one if none is known: the same
+// entry always meets the same node, so the kernel sees one inode however it is reached.
+func (s *Server) identifyLocked(pos int64, isDir bool) *node {
 	if c := s.byPos[pos]; c != nil {
 		return c
 	}
 	ino := uint64(pos)
-	if s.byIno[ino] != nil || ino <= 1 {
+	if s.byIno[ino] != nil || ino <= fuse.FUSE_ROOT_ID {
 		// A renamed node still holds this number.
 		ino = s.nextIno
 		s.nextIno++
 	}
-	c := &node{srv: s, pos: pos, ino: ino, subdirs: -1}
+	s.nextGen++
+	c := &node{srv: s, pos: pos, ino: ino, gen: s.nextGen, isDir: isDir, subdirs: -1}
 	s.byPos[pos] = c
 	s.byIno[ino] = c
 	s.overBudgetLocked()
@@ -114,68 +126,60 @@ func (s *Server) identifyLocked(pos int64) *node {
 // given one: a plain readdir makes no inode in the kernel, so such a node would never be
 // forgotten; the entry's position is the number its node gets when it is looked up, unless a
 // renamed node holds that number, and then the entry needs a node of its own now.
-func (s *Server) inoOf(pos int64) uint64 {
+func (s *Server) inoOf(pos int64, isDir bool) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.byPos[pos]; c != nil {
 		return c.ino
 	}
-	if ino := uint64(pos); ino > 1 && s.byIno[ino] == nil {
+	if ino := uint64(pos); ino > fuse.FUSE_ROOT_ID && s.byIno[ino] == nil {
 		return ino
 	}
-	return s.identifyLocked(pos).ino
+	c := s.identifyLocked(pos, isDir)
+	s.saveNodeLocked(c)
+	return c.ino
 }
 
-// childInode returns the kernel inode for fi, found inside directory parent, and fills out.
-func (s *Server) childInode(ctx context.Context, parent *node, fi fs.FileInfo) *gofs.Inode {
+// lookedUp returns the node for fi, found in directory parent, counting the kernel's new
+// reference to it: every entry a reply hands the kernel is one FORGET to come.
+func (s *Server) lookedUp(parent *node, fi os.FileInfo) *node {
 	a := fi.Sys().(*fatvol.Attr)
 	s.mu.Lock()
-	c := s.identifyLocked(a.Pos)
+	defer s.mu.Unlock()
+	c := s.identifyLocked(a.Pos, fi.IsDir())
 	c.parent, c.name = parent, fi.Name()
+	c.lookups++
 	c.used.Store(true)
-	s.mu.Unlock()
-	mode := uint32(syscall.S_IFREG)
-	if fi.IsDir() {
-		mode = syscall.S_IFDIR
-	}
-	in := parent.NewInode(ctx, c, gofs.StableAttr{Mode: mode, Ino: c.ino})
-	if got, ok := in.Operations().(*node); ok && got != c {
-		// go-fuse already had a node with this identity; keep that one.
-		s.mu.Lock()
-		got.parent, got.name, got.pos, got.unlinked = parent, fi.Name(), a.Pos, false
-		got.used.Store(true)
-		// Linked again: opens go by path from now on, and the old file may go.
-		stale := got.anchor
-		got.anchor = nil
-		delete(s.fresh, got)
-		s.byPos[a.Pos] = got
-		s.byIno[got.ino] = got
-		if s.byIno[c.ino] == c {
-			delete(s.byIno, c.ino)
-		}
-		s.mu.Unlock()
-		closeAnchor(stale)
-	}
-	return in
+	s.saveNodeLocked(c)
+	return c
 }
 
-// OnForget drops the node from the tables once the kernel has forgotten it, and lets go of a
+// forget drops n of the kernel's references to node id; at none the node goes, and with it a
 // removed file: nothing can open it any more.
-func (n *node) OnForget() {
-	s := n.srv
+func (s *Server) forget(id, n uint64) {
 	s.mu.Lock()
-	if s.byPos[n.pos] == n {
-		delete(s.byPos, n.pos)
+	c := s.byIno[id]
+	if c == nil || c == s.root {
+		s.mu.Unlock()
+		return
 	}
-	if s.byIno[n.ino] == n && n != s.root {
-		delete(s.byIno, n.ino)
+	c.lookups -= min(n, c.lookups)
+	if c.lookups > 0 {
+		s.saveNodeLocked(c)
+		s.mu.Unlock()
+		return
 	}
-	a := n.anchor
-	n.anchor = nil
+	if s.byPos[c.pos] == c {
+		delete(s.byPos, c.pos)
+	}
+	delete(s.byIno, c.ino)
+	s.saveGoneLocked(c.ino)
+	a := c.anchor
+	c.anchor = nil
 	s.mu.Unlock()
 	closeAnchor(a)
 	s.mu.Lock()
-	delete(s.fresh, n) // after the close: settle waits for the clusters, not just the call
+	delete(s.fresh, c) // after the close: settle waits for the clusters, not just the call
 	s.mu.Unlock()
 }
 
@@ -215,6 +219,7 @@ func (s *Server) removedLocked(pos int64, anchor *fatvol.File) (stale []alias, u
 		s.fresh[c] = time.Now()
 	}
 	delete(s.byPos, pos)
+	s.saveNodeLocked(c)
 	return s.takeAliasesLocked(c), unused
 }
 
@@ -271,12 +276,17 @@ func (n *node) opened(flag int) (*fatvol.File, syscall.Errno) {
 	s.mu.Lock()
 	a := n.anchor
 	p, linked := n.pathLocked()
+	lost := n.lost || (n.unlinked && a == nil && !n.isDir)
 	s.mu.Unlock()
 	var f *fatvol.File
 	var err error
 	switch {
 	case a != nil:
 		f, err = a.Reopen(flag)
+	case lost:
+		// Removed while open under a server that ended, or a change the volume never got:
+		// its file cannot be found again, and no other file may answer for it.
+		return nil, syscall.EIO
 	case !linked:
 		err = syscall.ENOENT // a removed directory
 	default:
@@ -295,6 +305,7 @@ func (s *Server) movedLocked(c *node, parent *node, name string, pos int64) {
 	}
 	c.parent, c.name, c.pos, c.unlinked = parent, name, pos, false
 	s.byPos[pos] = c
+	s.saveNodeLocked(c)
 }
 
 // addAlias remembers that the kernel now caches name in dir for c.
@@ -324,13 +335,13 @@ func (s *Server) takeAliasesLocked(nodes ...*node) []alias {
 // forgetAliases tells the kernel to drop cached spellings of entries that moved or went away;
 // vfat's d_revalidate does the same for its case-insensitive dentries. It runs after the
 // request, since the kernel holds the directory's lock until we answer.
-func forgetAliases(aliases []alias) {
+func (s *Server) forgetAliases(aliases []alias) {
 	if len(aliases) == 0 {
 		return
 	}
 	go func() {
 		for _, a := range aliases {
-			a.dir.NotifyEntry(a.name)
+			s.fuse.EntryNotify(a.dir.ino, a.name)
 		}
 	}()
 }
@@ -342,8 +353,3 @@ func (n *node) dirChanged() {
 	n.version++
 	n.srv.mu.Unlock()
 }
-
-var (
-	_ gofs.NodeOnForgetter = (*node)(nil)
-	_ gofs.NodeLookuper    = (*node)(nil)
-)

@@ -1,70 +1,72 @@
 package fatfuse
 
 import (
-	"context"
 	"io"
 	"io/fs"
 	"os"
-	"sync"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/csi-fat/csi-fat/fatvol"
 )
 
-// dirHandle is an open directory: its listing in directory order, as vfat's readdir gives it,
-// read once per open (and again after a rewind).
-type dirHandle struct {
-	srv *Server
-	n   *node
-	f   *fatvol.File
-
-	mu      sync.Mutex
+// listing is an open directory's entries in directory order, as vfat's readdir gives them, read
+// once per open (and again after a rewind). An entry's offset is its index plus one, so a read
+// at any offset the kernel names continues after that entry.
+type listing struct {
 	loaded  bool
 	entries []fuse.DirEntry
 	infos   map[string]fs.FileInfo
-	next    int
 }
 
-// OpendirHandle opens directory n for reading.
-func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	n.srv.ns.RLock()
-	defer n.srv.ns.RUnlock()
+// opendir opens directory n for reading.
+func (n *node) opendir(out *fuse.OpenOut) syscall.Errno {
+	s := n.srv
+	s.ns.RLock()
+	defer s.ns.RUnlock()
 	p, ok := n.path()
 	if !ok {
-		return nil, 0, syscall.ENOENT
+		return syscall.ENOENT
 	}
-	f, err := n.srv.vol.OpenFile(p, os.O_RDONLY, 0)
+	f, err := s.vol.OpenFile(p, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, 0, n.srv.errno(err)
-	}
-	return &dirHandle{srv: n.srv, n: n, f: f}, 0, 0
-}
-
-func (d *dirHandle) engineFile() *fatvol.File { return d.f }
-
-// load reads the listing, with "." and ".." first as vfat shows them (the root too).
-func (d *dirHandle) load() syscall.Errno {
-	s := d.srv
-	if _, err := d.f.Seek(0, io.SeekStart); err != nil {
 		return s.errno(err)
 	}
-	list, err := d.f.ReadDir(-1)
+	h := s.addHandle(n, f, 0, true)
+	out.Fh = h.fh
+	return 0
+}
+
+// load reads the listing, with "." and ".." first as vfat shows them (the root too). The caller
+// holds h.mu.
+func (h *handle) load() syscall.Errno {
+	s := h.srv
+	if h.f == nil {
+		f, e := h.n.opened(os.O_RDONLY)
+		if e != 0 {
+			return e
+		}
+		h.f = f
+	}
+	if _, err := h.f.Seek(0, io.SeekStart); err != nil {
+		return s.errno(err)
+	}
+	list, err := h.f.ReadDir(-1)
 	if err != nil {
 		return s.errno(err)
 	}
 	s.mu.Lock()
-	parentIno := d.n.ino
-	if d.n.parent != nil {
-		parentIno = d.n.parent.ino
+	parentIno := h.n.ino
+	if h.n.parent != nil {
+		parentIno = h.n.parent.ino
 	}
 	s.mu.Unlock()
-	d.entries = append(d.entries[:0],
-		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: d.n.ino, Off: 1},
+	l := &h.list
+	l.entries = append(l.entries[:0],
+		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: h.n.ino, Off: 1},
 		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: parentIno, Off: 2})
-	d.infos = make(map[string]fs.FileInfo, len(list))
+	l.infos = make(map[string]fs.FileInfo, len(list))
 	for _, e := range list {
 		fi, err := e.Info()
 		if err != nil {
@@ -74,72 +76,54 @@ func (d *dirHandle) load() syscall.Errno {
 		if fi.IsDir() {
 			mode = syscall.S_IFDIR
 		}
-		d.entries = append(d.entries, fuse.DirEntry{
+		l.entries = append(l.entries, fuse.DirEntry{
 			Name: fi.Name(),
 			Mode: mode,
-			Ino:  s.inoOf(fi.Sys().(*fatvol.Attr).Pos),
-			Off:  uint64(len(d.entries) + 1),
+			Ino:  s.inoOf(fi.Sys().(*fatvol.Attr).Pos, fi.IsDir()),
+			Off:  uint64(len(l.entries) + 1),
 		})
-		d.infos[fi.Name()] = fi
+		l.infos[fi.Name()] = fi
 	}
-	d.loaded = true
+	l.loaded = true
 	return 0
 }
 
-// Readdirent returns the next entry, nil at the end.
-func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.loaded {
-		if e := d.load(); e != 0 {
-			return nil, e
+// readdir fills out with the entries after offset off; 0 reads the directory anew. With plus
+// (readdirplus) each entry but "." and ".." is handed to the kernel as a lookup would, from the
+// listing just read, without walking the path again.
+func (h *handle) readdir(off uint64, plus bool, out *fuse.DirEntryList) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off == 0 || !h.list.loaded {
+		if e := h.load(); e != 0 {
+			return e
 		}
 	}
-	if d.next >= len(d.entries) {
-		return nil, 0
+	for _, e := range h.list.entries[min(off, uint64(len(h.list.entries))):] {
+		if !plus {
+			if !out.AddDirEntry(e) {
+				break
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(e)
+		if eo == nil {
+			break
+		}
+		if e.Name == "." || e.Name == ".." {
+			continue // the kernel ignores their entry data
+		}
+		if fi := h.list.infos[e.Name]; fi != nil {
+			h.srv.entry(h.n, fi, eo)
+		} else if errno := h.n.lookup(e.Name, eo); errno != 0 {
+			*eo = fuse.EntryOut{} // gone since the listing was read: a plain entry
+		}
 	}
-	e := d.entries[d.next]
-	d.next++
-	return &e, 0
-}
-
-// Seekdir continues after the entry whose Off is off; 0 rewinds and reads the directory anew.
-func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if off == 0 {
-		d.loaded, d.next = false, 0
-		return 0
-	}
-	d.next = int(min(off, uint64(len(d.entries))))
 	return 0
 }
 
-// Lookup serves readdirplus from the listing just read, without walking the path again.
-func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	d.mu.Lock()
-	fi := d.infos[name]
-	d.mu.Unlock()
-	if fi == nil {
-		return d.n.Lookup(ctx, name, out)
-	}
-	return d.srv.entry(ctx, d.n, fi, out), 0
+// fsyncdir writes the volume back.
+func (s *Server) fsyncdir() syscall.Errno {
+	s.settle() // so a removal just before is durable with its clusters freed
+	return s.errno(s.vol.Sync())
 }
-
-// Releasedir closes the directory.
-func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) { d.f.Close() }
-
-// Fsyncdir writes the volume back.
-func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	d.srv.settle() // so a removal just before is durable with its clusters freed
-	return d.srv.errno(d.srv.vol.Sync())
-}
-
-var (
-	_ gofs.NodeOpendirHandler = (*node)(nil)
-	_ gofs.FileReaddirenter   = (*dirHandle)(nil)
-	_ gofs.FileSeekdirer      = (*dirHandle)(nil)
-	_ gofs.FileLookuper       = (*dirHandle)(nil)
-	_ gofs.FileReleasedirer   = (*dirHandle)(nil)
-	_ gofs.FileFsyncdirer     = (*dirHandle)(nil)
-)

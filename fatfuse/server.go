@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
@@ -45,13 +44,20 @@ type Server struct {
 	// over its file could open the new file for the old inode, or find neither.
 	ns sync.RWMutex
 
-	mu      sync.Mutex // guards the identity tables and every node's place (parent, name, pos)
+	mu      sync.Mutex // guards the tables, every node's place (parent, name, pos) and the state
 	byPos   map[int64]*node
 	byIno   map[uint64]*node
 	nextIno uint64
+	nextGen uint64
+	handles map[uint64]*handle
+	nextFh  uint64
+	state   *stateLog           // nil: nothing kept for a takeover
 	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
 	budget  int                 // nodes held at most, about (SetNodeBudget); 0: no bound
 	prune   chan struct{}       // wakes the pruner (budget.go)
+
+	gate   gate          // pause.go
+	served chan struct{} // closed when go-fuse's loop ends
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
@@ -61,19 +67,20 @@ func Mount(vol *fatvol.Volume, mountpoint string, opts mountopt.Options) (*Serve
 	if err := CheckMountpoint(mountpoint); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", fsName(vol), err)
 	}
-	return serve(vol, mountpoint, mountpoint, opts)
+	return newServer(vol, mountpoint, opts).serve(mountpoint)
 }
 
 // ServeFD serves vol on a FUSE connection someone else has mounted already: fd is its
 // /dev/fuse descriptor (go-fuse's /dev/fd/N mountpoint), mountpoint where it is mounted, for
 // logs only. The mount's options were the mounter's to pass to mount(2); opts are still the
 // server's. Unmounting is the mounter's too (umount2 of mountpoint): Unmount fails, and Wait
-// returns once the kernel ends the session.
+// returns once the kernel ends the session. Nothing is kept for a takeover (ServeConnection).
 func ServeFD(vol *fatvol.Volume, fd int, mountpoint string, opts mountopt.Options) (*Server, error) {
-	return serve(vol, fmt.Sprintf("/dev/fd/%d", fd), mountpoint, opts)
+	return ServeConnection(vol, Connection{FD: fd, Mountpoint: mountpoint}, opts)
 }
 
-func serve(vol *fatvol.Volume, dir, mountpoint string, opts mountopt.Options) (*Server, error) {
+// newServer makes a server with only the root known.
+func newServer(vol *fatvol.Volume, mountpoint string, opts mountopt.Options) *Server {
 	geo := vol.Geometry()
 	s := &Server{
 		vol:        vol,
@@ -82,45 +89,55 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts mountopt.Options) (*
 		geoCluster: int64(geo.ClusterSize),
 		byPos:      map[int64]*node{},
 		byIno:      map[uint64]*node{},
+		handles:    map[uint64]*handle{},
 		fresh:      map[*node]time.Time{},
 		// Synthetic inode numbers, for entries whose position is taken by a renamed node, lie
 		// above any device offset.
 		nextIno: 1 << 62,
+		gate:    newGate(),
+		served:  make(chan struct{}),
 	}
 	if geo.RootEntries > 0 {
 		s.fixedRoot = int64(geo.RootEntries) * 32
 	}
-	s.root = &node{srv: s, ino: fuse.FUSE_ROOT_ID, subdirs: -1}
+	s.root = &node{srv: s, ino: fuse.FUSE_ROOT_ID, isDir: true, subdirs: -1}
 	s.byIno[fuse.FUSE_ROOT_ID] = s.root
+	return s
+}
 
-	timeout := cacheTimeout
-	mo := fuse.MountOptions{
-		FsName:        fsName(vol),
+// mountOptions are go-fuse's options for the server's mount and its answer to INIT; a server
+// taking a connection over must use the same, since the kernel keeps what the first negotiated.
+func (s *Server) mountOptions() *fuse.MountOptions {
+	mo := &fuse.MountOptions{
+		FsName:        fsName(s.vol),
 		Name:          "fat",
-		AllowOther:    opts.AllowOther,
+		AllowOther:    s.opts.AllowOther,
 		MaxWrite:      fuse.MAX_KERNEL_WRITE,
 		MaxReadAhead:  fuse.MAX_KERNEL_WRITE,
 		DisableXAttrs: true, // FAT has none; vfat answers EOPNOTSUPP
-		Debug:         opts.Debug,
+		Debug:         s.opts.Debug,
+		Logger:        log.New(os.Stderr, "fatfuse: ", log.LstdFlags),
 		// The kernel checks permissions against the modes we report, as it does for vfat.
 		Options: []string{"default_permissions", "nosuid", "nodev"},
 	}
-	if opts.ReadOnly {
+	if s.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	mo.Options = append(mo.Options, opts.Kernel...)
-	fo := &fs.Options{
-		MountOptions: mo,
-		EntryTimeout: &timeout,
-		AttrTimeout:  &timeout,
-		// No negative caching: after creating "Foo", a cached miss for "foo" would be wrong.
-		NullPermissions: true,
-		UID:             opts.UID,
-		GID:             opts.GID,
-		Logger:          log.New(os.Stderr, "fatfuse: ", log.LstdFlags),
-		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR},
+	mo.Options = append(mo.Options, s.opts.Kernel...)
+	return mo
+}
+
+// serve mounts dir (or serves the connection of a /dev/fd/N dir) and starts go-fuse's loop.
+func (s *Server) serve(dir string) (*Server, error) {
+	vol, mountpoint := s.vol, s.mountpoint
+	srv, err := fuse.NewServer(newRawFS(s), dir, s.mountOptions())
+	if err == nil {
+		s.fuse = srv
+		if err = s.keepSettings(); err == nil {
+			go s.loop()
+			err = srv.WaitMount()
+		}
 	}
-	srv, err := fs.Mount(dir, s.root, fo)
 	if err != nil && dir == mountpoint && wentBeforeServing(err) {
 		if _, merr := mountopt.MountDevice(mountpoint); merr != nil {
 			// Whoever unmounted it was quicker: nothing was served.
@@ -130,11 +147,16 @@ func serve(vol *fatvol.Volume, dir, mountpoint string, opts mountopt.Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", fsName(vol), mountpoint, err)
 	}
-	s.fuse = srv
-	if err := mountopt.RaiseReadahead(mountpoint, mountopt.ReadaheadKB); err != nil && opts.Debug {
+	if err := mountopt.RaiseReadahead(mountpoint, mountopt.ReadaheadKB); err != nil && s.opts.Debug {
 		log.Printf("fatfuse: %v; the kernel's read ahead stays at its default", err)
 	}
 	return s, nil
+}
+
+// loop runs go-fuse's request loop until the session ends.
+func (s *Server) loop() {
+	s.fuse.Serve()
+	close(s.served)
 }
 
 // wentBeforeServing tells whether fs.Mount failed the way it does when the mount it made is
@@ -185,8 +207,13 @@ func (s *Server) Unmount() error {
 	return nil
 }
 
-// Wait returns once the mount is gone, by Unmount or from outside.
-func (s *Server) Wait() { s.fuse.Wait() }
+// Wait returns once the mount is gone, by Unmount or from outside, or the server paused.
+func (s *Server) Wait() {
+	select {
+	case <-s.served:
+	case <-s.gate.paused:
+	}
+}
 
 // Mountpoint is where the volume is mounted.
 func (s *Server) Mountpoint() string { return s.mountpoint }

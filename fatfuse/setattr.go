@@ -1,12 +1,10 @@
 package fatfuse
 
 import (
-	"context"
 	"os"
 	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/csi-fat/csi-fat/fatvol"
@@ -16,29 +14,37 @@ import (
 // Setattr changes size, times and the mode, as vfat's fat_setattr: FAT keeps no owner and no
 // permissions beyond the read-only attribute, so chown to another owner and mode bits outside
 // 0777 are refused (EPERM, or ignored with quiet), and a mode FAT cannot hold is ignored.
-func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if e := n.setattr(f, in); e != 0 {
+func (n *node) setattr(h *handle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.change(h, in); e != 0 {
 		return e
 	}
-	return n.Getattr(ctx, f, out)
+	return n.getattr(h, out)
 }
 
-func (n *node) setattr(f gofs.FileHandle, in *fuse.SetAttrIn) syscall.Errno {
+func (n *node) change(h *handle, in *fuse.SetAttrIn) syscall.Errno {
 	s := n.srv
+	var file *fatvol.File
+	if h != nil {
+		f, e := h.file()
+		if e != 0 {
+			return e
+		}
+		file = f
+	}
 	s.ns.RLock()
 	defer s.ns.RUnlock()
-	var file *fatvol.File
-	if h, ok := f.(*handle); ok {
-		file = h.f
-	}
 	s.mu.Lock()
 	p, linked := n.pathLocked()
 	if file == nil {
 		// Removed since the kernel found it (truncate or utimes of /proc/self/fd/N).
 		file = n.anchor
 	}
+	lost := n.lost || (n.unlinked && file == nil && !n.isDir)
 	s.mu.Unlock()
-	if !linked && file == nil {
+	switch {
+	case lost:
+		return syscall.EIO // its file cannot be found again (node.opened)
+	case !linked && file == nil:
 		return syscall.ENOENT // a removed directory
 	}
 	mode, setMode := in.GetMode()
@@ -154,5 +160,3 @@ func (n *node) chmod(p string, mode uint32) syscall.Errno {
 	}
 	return s.errno(s.vol.SetAttributes(p, attrs))
 }
-
-var _ gofs.NodeSetattrer = (*node)(nil)
