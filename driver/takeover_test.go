@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/volume"
 )
 
 // app is what an application does on a mount while its mounter is replaced: it appends an
@@ -27,6 +29,9 @@ import (
 type app struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// record is held from a record's write to its fsync's answer: a crash there loses a write
+	// the server acknowledged, which its writer learns as EIO once, by design.
+	record sync.Mutex
 
 	mu                    sync.Mutex
 	records               int // fsync'ed
@@ -55,12 +60,14 @@ func startApp(t *testing.T, log, data string, want []byte) *app {
 				return
 			default:
 			}
+			a.record.Lock()
 			start := time.Now()
 			_, err := fmt.Fprintf(f, "record %06d\n", i)
 			if err == nil {
 				err = f.Sync()
 			}
 			took := time.Since(start)
+			a.record.Unlock()
 			a.mu.Lock()
 			a.writePause = max(a.writePause, took)
 			if err != nil {
@@ -150,6 +157,38 @@ func (a *app) progress(t *testing.T, within time.Duration) {
 	}
 }
 
+// betweenRecords runs kill while the writer has no record unflushed: a record written and not
+// yet fsync'ed when its server dies is lost and its writer told so with EIO, by design (what the
+// application must not see is an error for what it had fsync'ed, or a read failing).
+func (a *app) betweenRecords(kill func() error) error {
+	a.record.Lock()
+	defer a.record.Unlock()
+	return kill()
+}
+
+// killMounter SIGKILLs the mounter between two of the application's records.
+func killMounter(t *testing.T, a *app, pid int) {
+	t.Helper()
+	if err := a.betweenRecords(func() error { return syscall.Kill(pid, syscall.SIGKILL) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killLater SIGKILLs, at the test's end, the mounter serving the volume then, if any, and
+// detaches what is left mounted under dir (a test that failed with a child driver).
+func killLater(t *testing.T, dir, name string) {
+	t.Cleanup(func() {
+		data, err := os.ReadFile(filepath.Join(dir, "state", volume.StateFile))
+		var st volume.State
+		if err == nil && json.Unmarshal(data, &st) == nil {
+			if s := st.Staged[name]; s != nil && s.Mounter != nil && s.Mounter.PID > 0 {
+				syscall.Kill(s.Mounter.PID, syscall.SIGKILL)
+			}
+		}
+		detachUnder(t, dir)
+	})
+}
+
 // appData writes the file the application reads: 4 MiB of random bytes, fsync'ed.
 func appData(t *testing.T, path string) []byte {
 	t.Helper()
@@ -231,9 +270,7 @@ func TestMounterKilledConnectionTakenOver(t *testing.T) {
 	a.progress(t, 5*time.Second)
 	mr := stagedMounter(t, dir, "phoenix")
 	killed := time.Now()
-	if err := syscall.Kill(mr.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killMounter(t, a, mr.PID)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
 	t.Logf("mounter %d killed; %d serves the connection %v later", mr.PID, pid, time.Since(killed))
 	a.progress(t, 10*time.Second)
@@ -252,12 +289,12 @@ func TestPluginRestartThenMounterKilled(t *testing.T) {
 	requireFUSE(t)
 	dir := t.TempDir()
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	killLater(t, dir, "phoenix")
 	c := startChild(t, dir, withMounters)
 	id := stagePublish(t, c.ctrl, c.node, "phoenix", staging, target)
 	data := appData(t, filepath.Join(target, "data.bin"))
 	a := startApp(t, filepath.Join(target, "log.txt"), filepath.Join(target, "data.bin"), data)
 	mr := stagedMounter(t, dir, "phoenix")
-	t.Cleanup(func() { syscall.Kill(stagedMounter(t, dir, "phoenix").PID, syscall.SIGKILL) })
 	a.progress(t, 5*time.Second)
 	c.end(t, syscall.SIGKILL)
 	a.progress(t, 5*time.Second)
@@ -266,9 +303,7 @@ func TestPluginRestartThenMounterKilled(t *testing.T) {
 		t.Fatalf("restart replaced mounter %d by %d", mr.PID, again.PID)
 	}
 	killed := time.Now()
-	if err := syscall.Kill(mr.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killMounter(t, a, mr.PID)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
 	t.Logf("mounter %d killed; %d serves the connection %v later", mr.PID, pid, time.Since(killed))
 	a.progress(t, 10*time.Second)
@@ -299,9 +334,7 @@ func TestTakeoverGivenUp(t *testing.T) {
 	t.Setenv(protocol.FaultEnv, "resume-panic:doomed")
 	ma := stagedMounter(t, dir, "doomed")
 	killed := time.Now()
-	if err := syscall.Kill(ma.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killMounter(t, doomed, ma.PID)
 	for {
 		if _, _, err := doomed.state(); err != nil {
 			t.Logf("the application on the given-up volume got %v %v after the kill", err, time.Since(killed))
@@ -355,11 +388,11 @@ func TestUpgradeHandOver(t *testing.T) {
 	requireFUSE(t)
 	dir := t.TempDir()
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	killLater(t, dir, "phoenix")
 	t.Setenv(protocol.VersionEnv, "v0-old")
 	c := startChild(t, dir, withMounters)
 	id := stagePublish(t, c.ctrl, c.node, "phoenix", staging, target)
 	mr := stagedMounter(t, dir, "phoenix")
-	t.Cleanup(func() { syscall.Kill(stagedMounter(t, dir, "phoenix").PID, syscall.SIGKILL) })
 	data := appData(t, filepath.Join(target, "data.bin"))
 	a := startApp(t, filepath.Join(target, "log.txt"), filepath.Join(target, "data.bin"), data)
 	a.progress(t, 5*time.Second)
