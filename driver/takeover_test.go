@@ -38,7 +38,31 @@ type app struct {
 	writeErr, readErr     error
 	reads                 int
 	writePause, readPause time.Duration
+	ops                   []appOp
 	firstErrAt            time.Time
+}
+
+// appOp is one round of the application: a record's write and fsync, or a whole read.
+type appOp struct {
+	start time.Time
+	took  time.Duration
+}
+
+// pause is the longest round under way at some time from from to to (the pause the
+// application saw at an event then), and the longest of those that ended before.
+func (a *app) pause(from, to time.Time) (during, before time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range a.ops {
+		end := o.start.Add(o.took)
+		switch {
+		case end.Before(from):
+			before = max(before, o.took)
+		case !o.start.After(to):
+			during = max(during, o.took)
+		}
+	}
+	return during, before
 }
 
 // startApp writes records to log and reads data (whose content is want) on the mount.
@@ -69,6 +93,7 @@ func startApp(t *testing.T, log, data string, want []byte) *app {
 			took := time.Since(start)
 			a.record.Unlock()
 			a.mu.Lock()
+			a.ops = append(a.ops, appOp{start, took})
 			a.writePause = max(a.writePause, took)
 			if err != nil {
 				a.writeErr = err
@@ -98,6 +123,7 @@ func startApp(t *testing.T, log, data string, want []byte) *app {
 			}
 			took := time.Since(start)
 			a.mu.Lock()
+			a.ops = append(a.ops, appOp{start, took})
 			a.readPause = max(a.readPause, took)
 			if err != nil {
 				a.readErr = err
@@ -272,8 +298,11 @@ func TestMounterKilledConnectionTakenOver(t *testing.T) {
 	killed := time.Now()
 	killMounter(t, a, mr.PID)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
+	replacedAt := time.Now()
 	t.Logf("mounter %d killed; %d serves the connection %v later", mr.PID, pid, time.Since(killed))
 	a.progress(t, 10*time.Second)
+	during, before := a.pause(killed, replacedAt)
+	t.Logf("pause: the longest round under way from the kill to the new mounter took %v (before: %v at most)", during, before)
 	n := a.end(t)
 	if c := conditionOf(t, td.node, id, target); c.GetAbnormal() {
 		t.Fatalf("condition after the takeover: %v", c)
@@ -305,8 +334,11 @@ func TestPluginRestartThenMounterKilled(t *testing.T) {
 	killed := time.Now()
 	killMounter(t, a, mr.PID)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
+	replacedAt := time.Now()
 	t.Logf("mounter %d killed; %d serves the connection %v later", mr.PID, pid, time.Since(killed))
 	a.progress(t, 10*time.Second)
+	during, before := a.pause(killed, replacedAt)
+	t.Logf("pause: the longest round under way from the kill to the new mounter took %v (before: %v at most)", during, before)
 	n := a.end(t)
 	unstageAndCheck(t, c.node, dir, "phoenix", id, staging, []string{target}, n)
 	waitGone(t, pid)
@@ -401,9 +433,12 @@ func TestUpgradeHandOver(t *testing.T) {
 	started := time.Now()
 	c = startChild(t, dir, withMounters)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
+	handed := time.Now()
 	t.Logf("mounter %d of v0-old handed over to %d, %v after the plugin started", mr.PID, pid, time.Since(started))
 	waitGone(t, mr.PID)
 	a.progress(t, 10*time.Second)
+	during, before := a.pause(started, handed)
+	t.Logf("pause: the longest round under way from the plugin's start to the new mounter took %v (before: %v at most)", during, before)
 	n := a.end(t)
 	unstageAndCheck(t, c.node, dir, "phoenix", id, staging, []string{target}, n)
 	waitGone(t, pid)
