@@ -282,6 +282,35 @@ func conditionOf(t *testing.T, nc csi.NodeClient, id, path string) *csi.VolumeCo
 	return stats.GetVolumeCondition()
 }
 
+// heldBy lists what process pid has open of the volume's connection: /dev/fuse descriptors,
+// state memfds (with their bytes), and descriptors of the image.
+func heldBy(t *testing.T, pid int, image string) (fuse, state, images int, stateBytes int64) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		switch {
+		case target == "/dev/fuse":
+			fuse++
+		case strings.HasPrefix(target, "/memfd:csi-fat-state"):
+			state++
+			if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil {
+				stateBytes += fi.Size()
+			}
+		case target == image:
+			images++
+		}
+	}
+	return
+}
+
 // TestMounterKilledConnectionTakenOver: a mounter SIGKILLed while an application writes and
 // reads is replaced by a new one, which takes the live connection over: the application sees
 // no error, every fsync'ed record is there, and the file system is clean.
@@ -292,8 +321,20 @@ func TestMounterKilledConnectionTakenOver(t *testing.T) {
 	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
 	id := stagePublish(t, td.ctrl, td.node, "phoenix", staging, target)
 	data := appData(t, filepath.Join(target, "data.bin"))
+	// Files the kernel has looked up, whose node IDs the state holds.
+	for i := range 200 {
+		writeSynced(t, filepath.Join(target, fmt.Sprintf("f%03d.txt", i)), "x\n")
+	}
 	a := startApp(t, filepath.Join(target, "log.txt"), filepath.Join(target, "data.bin"), data)
 	a.progress(t, 5*time.Second)
+	// The plugin (this process) holds the connection: its /dev/fuse descriptor, the image and
+	// its O_DIRECT twin, and the state descriptor the server keeps its tables in.
+	img := filepath.Join(dir, "pool", "phoenix.img")
+	fuse, state, images, stateBytes := heldBy(t, os.Getpid(), img)
+	if fuse != 1 || state != 1 || images != 2 {
+		t.Fatalf("the plugin holds %d FUSE, %d state and %d image descriptors; want 1, 1 and 2", fuse, state, images)
+	}
+	t.Logf("the plugin holds 4 descriptors for the volume; its state descriptor has %d bytes (202 files, 2 open)", stateBytes)
 	mr := stagedMounter(t, dir, "phoenix")
 	killed := time.Now()
 	killMounter(t, a, mr.PID)
