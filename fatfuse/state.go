@@ -20,9 +20,10 @@ import (
 //
 // Layout: a header at offset 0 (magic, version, the active log's offset, a checksum), the logs
 // from stateLogStart on. A record is its payload's length and CRC-32C, then the payload: a kind
-// byte and the kind's fields, little-endian. A record cut short by a kill fails its checksum and
-// ends the log there. The file is written by a server that handled untrusted media, so a reader
-// checks every field before it trusts any (loadState).
+// byte and the kind's fields, little-endian. Only the last record can be cut short by a kill
+// (its length runs past the file's end), and it is dropped; a whole record that fails its
+// checksum is damage and refuses the file. The file is written by a server that handled
+// untrusted media, so a reader checks every field before it trusts any (loadState).
 const (
 	stateMagic      = "CSIFATST"
 	stateVersion    = 1
@@ -292,14 +293,18 @@ func loadState(f *os.File) (*savedState, error) {
 	}
 	st := &savedState{nodes: map[uint64]*savedNode{}, handles: map[uint64]*savedHandle{}}
 	settings := false
-	for off := 0; off+recordHeader <= len(buf); {
+	for off := 0; off < len(buf); {
+		if len(buf)-off < recordHeader {
+			break // the last record, cut short by a kill
+		}
 		n := int(binary.LittleEndian.Uint32(buf[off:]))
-		if n == 0 || n > len(buf)-off-recordHeader {
-			break // the end, or a record cut short
+		if n > len(buf)-off-recordHeader {
+			break // the last record, cut short
 		}
 		payload := buf[off+recordHeader : off+recordHeader+n]
-		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(buf[off+4:]) {
-			break
+		if n == 0 || crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(buf[off+4:]) {
+			// A whole record that is wrong is damage, not a kill: what follows cannot be trusted.
+			return nil, fmt.Errorf("%w: record at %d fails its checksum", errBadState, start+int64(off))
 		}
 		if err := st.apply(payload, &settings); err != nil {
 			return nil, fmt.Errorf("%w: record at %d: %v", errBadState, start+int64(off), err)
