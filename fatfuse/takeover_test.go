@@ -63,7 +63,7 @@ type appLoad struct {
 	bigSum [32]byte
 
 	dsynced, fsynced, renamed, reads atomic.Int64
-	fsyncEIO, bulkEIO, bulkWrites   atomic.Int64
+	fsyncEIO, bulkEIO, bulkWrites    atomic.Int64
 }
 
 func startAppLoad(t *testing.T, dir string) *appLoad {
