@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +41,8 @@ func TestMain(m *testing.M) {
 // its standard output (the time TakeOver or ServeConnection took), pauses at SIGTERM and then
 // says "paused" and ends without closing the volume, which is the next server's.
 func serverChild(role string) int {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
 	img, mountpoint := os.Getenv(childImage), os.Getenv(childMountpoint)
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "server: %v\n", err)
@@ -76,22 +79,20 @@ func serverChild(role string) int {
 		return fail(err)
 	}
 	fmt.Printf("ready %d\n", time.Since(start).Microseconds())
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+	var pausing atomic.Bool
 	paused := make(chan error, 1)
 	go func() {
 		<-term
+		pausing.Store(true)
 		paused <- srv.Pause()
 	}()
 	srv.Wait()
-	select {
-	case err := <-paused:
-		if err != nil {
+	if pausing.Load() {
+		if err := <-paused; err != nil {
 			return fail(err)
 		}
 		fmt.Println("paused")
 		return 0
-	default:
 	}
 	if err := vol.Close(); err != nil {
 		return fail(err)
