@@ -20,6 +20,12 @@ func (n *node) lookup(name string, out *fuse.EntryOut) syscall.Errno {
 	}
 	s.ns.RLock()
 	defer s.ns.RUnlock()
+	return n.lookupHeld(name, out)
+}
+
+// lookupHeld is lookup with s.ns held for reading.
+func (n *node) lookupHeld(name string, out *fuse.EntryOut) syscall.Errno {
+	s := n.srv
 	p, e := n.childPath(name)
 	if e != 0 {
 		return e
@@ -154,6 +160,7 @@ func (n *node) remove(name string, dir, resent bool) syscall.Errno {
 	}
 	s.mu.Lock()
 	stale, unused := s.removedLocked(pos, anchor)
+	n.moves++
 	s.mu.Unlock()
 	closeAnchor(unused)
 	s.forgetAliases(stale)
@@ -220,6 +227,10 @@ func (n *node) rename(name string, np *node, newName string, flags uint32, resen
 		closeAnchor(anchor)
 		return s.errno(err)
 	}
+	s.mu.Lock()
+	n.moves++
+	np.moves++
+	s.mu.Unlock()
 	var stale []alias
 	var unused *fatvol.File
 	defer func() { s.forgetAliases(stale); closeAnchor(unused) }()

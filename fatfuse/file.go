@@ -76,7 +76,12 @@ func (h *handle) write(data []byte, off int64, resent bool) (uint32, syscall.Err
 		defer closeAnchor(p)
 		f = p
 	}
-	h.wrote()
+	// Under O_SYNC and O_DSYNC the write is durable before it is acknowledged (the kernel's
+	// FSYNC after it comes later), so a crash loses nothing the handle was told was written.
+	durable := h.flags&syscall.O_DSYNC != 0
+	if !durable {
+		h.wrote()
+	}
 	var n int
 	err := h.srv.retryNoSpace(func() error {
 		var err error
@@ -86,6 +91,9 @@ func (h *handle) write(data []byte, off int64, resent bool) (uint32, syscall.Err
 		}
 		return err
 	})
+	if err == nil && durable {
+		err = f.Sync()
+	}
 	if err != nil {
 		return 0, h.srv.errno(err)
 	}

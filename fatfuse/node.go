@@ -39,6 +39,9 @@ type node struct {
 	anchor  *fatvol.File
 	subdirs int    // cached count of subdirectories, -1 when unknown
 	version uint64 // counts changes of a directory's entries, to keep a stale count out
+	// moves counts removals and renames in a directory: entries that may have left the places
+	// a listing read before found them at (readdir.go).
+	moves uint64
 	// aliases are other spellings ("foo" for "Foo") the kernel has cached for this entry.
 	aliases []alias
 	// used: looked up since the pruner last passed it (budget.go).

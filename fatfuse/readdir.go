@@ -16,6 +16,7 @@ import (
 // at any offset the kernel names continues after that entry.
 type listing struct {
 	loaded  bool
+	moves   uint64 // the directory's moves when it was read
 	entries []fuse.DirEntry
 	infos   map[string]fs.FileInfo
 }
@@ -39,16 +40,12 @@ func (n *node) opendir(out *fuse.OpenOut) syscall.Errno {
 }
 
 // load reads the listing, with "." and ".." first as vfat shows them (the root too). The caller
-// holds h.mu.
+// holds h.mu, and h.f is open.
 func (h *handle) load() syscall.Errno {
 	s := h.srv
-	if h.f == nil {
-		f, e := h.n.opened(os.O_RDONLY)
-		if e != 0 {
-			return e
-		}
-		h.f = f
-	}
+	s.mu.Lock()
+	moves := h.n.moves // before the read: a move during it makes the listing stale
+	s.mu.Unlock()
 	if _, err := h.f.Seek(0, io.SeekStart); err != nil {
 		return s.errno(err)
 	}
@@ -63,6 +60,7 @@ func (h *handle) load() syscall.Errno {
 	}
 	s.mu.Unlock()
 	l := &h.list
+	l.moves = moves
 	l.entries = append(l.entries[:0],
 		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: h.n.ino, Off: 1},
 		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: parentIno, Off: 2})
@@ -89,9 +87,18 @@ func (h *handle) load() syscall.Errno {
 }
 
 // readdir fills out with the entries after offset off; 0 reads the directory anew. With plus
-// (readdirplus) each entry but "." and ".." is handed to the kernel as a lookup would, from the
-// listing just read, without walking the path again.
+// (readdirplus) each entry but "." and ".." is handed to the kernel as a lookup would: from the
+// listing, without walking the path again, unless an entry of the directory was removed or
+// renamed since it was read, which may have moved the entry.
 func (h *handle) readdir(off uint64, plus bool, out *fuse.DirEntryList) syscall.Errno {
+	s := h.srv
+	if _, e := h.file(); e != 0 { // a handle a previous server opened
+		return e
+	}
+	if plus {
+		s.ns.RLock() // no removal or rename while the listing's places are used
+		defer s.ns.RUnlock()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if off == 0 || !h.list.loaded {
@@ -99,6 +106,9 @@ func (h *handle) readdir(off uint64, plus bool, out *fuse.DirEntryList) syscall.
 			return e
 		}
 	}
+	s.mu.Lock()
+	current := h.list.moves == h.n.moves
+	s.mu.Unlock()
 	for _, e := range h.list.entries[min(off, uint64(len(h.list.entries))):] {
 		if !plus {
 			if !out.AddDirEntry(e) {
@@ -113,9 +123,9 @@ func (h *handle) readdir(off uint64, plus bool, out *fuse.DirEntryList) syscall.
 		if e.Name == "." || e.Name == ".." {
 			continue // the kernel ignores their entry data
 		}
-		if fi := h.list.infos[e.Name]; fi != nil {
-			h.srv.entry(h.n, fi, eo)
-		} else if errno := h.n.lookup(e.Name, eo); errno != 0 {
+		if fi := h.list.infos[e.Name]; fi != nil && current {
+			s.entry(h.n, fi, eo)
+		} else if errno := h.n.lookupHeld(e.Name, eo); errno != 0 {
 			*eo = fuse.EntryOut{} // gone since the listing was read: a plain entry
 		}
 	}

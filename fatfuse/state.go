@@ -19,17 +19,18 @@ import (
 // at it; a log that grew past four times its last snapshot is compacted.
 //
 // Layout: a header at offset 0 (magic, version, the active log's offset, a checksum), the logs
-// from stateLogStart on. A record is its payload's length and CRC-32C, then the payload: a kind
-// byte and the kind's fields, little-endian. A record cut short by a kill fails its checksum and
-// ends the log there. The file is written by a server that handled untrusted media, so a reader
-// checks every field before it trusts any (loadState).
+// from stateLogStart on. A record is its payload's length, the length's complement and the
+// payload's CRC-32C, then the payload: a kind byte and the kind's fields, little-endian. Only
+// the last record can be cut short by a kill (its length runs past the file's end), and it is
+// dropped; a whole record that fails its checksum, or a damaged length, refuses the file. The file is written by a server that handled
+// untrusted media, so a reader checks every field before it trusts any (loadState).
 const (
 	stateMagic      = "CSIFATST"
 	stateVersion    = 1
 	stateHeaderSize = 28
 	stateLogStart   = 4096
 	stateMaxSize    = 1 << 30 // far beyond any real table; a bound for a hostile file
-	recordHeader    = 8
+	recordHeader    = 12
 	maxNameBytes    = 1024 // a FAT long name is at most 255 UTF-16 units: 765 UTF-8 bytes
 	compactFloor    = 1 << 20
 )
@@ -70,9 +71,7 @@ func (s *Server) appendLocked(payload []byte) {
 	if l == nil || l.broken {
 		return
 	}
-	rec := binary.LittleEndian.AppendUint32(make([]byte, 0, recordHeader+len(payload)), uint32(len(payload)))
-	rec = binary.LittleEndian.AppendUint32(rec, crc32.Checksum(payload, crcTable))
-	rec = append(rec, payload...)
+	rec := appendRecord(make([]byte, 0, recordHeader+len(payload)), payload)
 	if _, err := l.f.WriteAt(rec, l.end); err != nil {
 		s.stateFailed(err)
 		return
@@ -83,6 +82,15 @@ func (s *Server) appendLocked(payload []byte) {
 			s.stateFailed(err)
 		}
 	}
+}
+
+// appendRecord adds a record of payload to b: its length, the length's complement (a damaged
+// length is told from a record cut short), the payload's checksum, the payload.
+func appendRecord(b, payload []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+	b = binary.LittleEndian.AppendUint32(b, ^uint32(len(payload)))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(payload, crcTable))
+	return append(b, payload...)
 }
 
 // stateFailed stops keeping the state after a failed write and spoils its header, so that no
@@ -192,11 +200,7 @@ func (s *Server) saveReleasedLocked(fh uint64) {
 func (s *Server) compactLocked(paused bool) error {
 	l := s.state
 	var snap []byte
-	add := func(payload []byte) {
-		snap = binary.LittleEndian.AppendUint32(snap, uint32(len(payload)))
-		snap = binary.LittleEndian.AppendUint32(snap, crc32.Checksum(payload, crcTable))
-		snap = append(snap, payload...)
-	}
+	add := func(payload []byte) { snap = appendRecord(snap, payload) }
 	settings := s.fuse.KernelSettings()
 	add(settingsRecord(settings))
 	for _, c := range s.byIno {
@@ -292,14 +296,21 @@ func loadState(f *os.File) (*savedState, error) {
 	}
 	st := &savedState{nodes: map[uint64]*savedNode{}, handles: map[uint64]*savedHandle{}}
 	settings := false
-	for off := 0; off+recordHeader <= len(buf); {
+	for off := 0; off < len(buf); {
+		if len(buf)-off < recordHeader {
+			break // the last record, cut short by a kill
+		}
 		n := int(binary.LittleEndian.Uint32(buf[off:]))
-		if n == 0 || n > len(buf)-off-recordHeader {
-			break // the end, or a record cut short
+		if uint32(n) != ^binary.LittleEndian.Uint32(buf[off+4:]) {
+			return nil, fmt.Errorf("%w: record at %d has a damaged length", errBadState, start+int64(off))
+		}
+		if n > len(buf)-off-recordHeader {
+			break // the last record, cut short
 		}
 		payload := buf[off+recordHeader : off+recordHeader+n]
-		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(buf[off+4:]) {
-			break
+		if n == 0 || crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(buf[off+8:]) {
+			// A whole record that is wrong is damage, not a kill: what follows cannot be trusted.
+			return nil, fmt.Errorf("%w: record at %d fails its checksum", errBadState, start+int64(off))
 		}
 		if err := st.apply(payload, &settings); err != nil {
 			return nil, fmt.Errorf("%w: record at %d: %v", errBadState, start+int64(off), err)

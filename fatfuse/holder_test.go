@@ -1,0 +1,207 @@
+package fatfuse
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/fatvol/blockdev"
+	"github.com/csi-fat/csi-fat/fatvol/fsck"
+)
+
+// The takeover tests run each server in a process of its own, the test binary started again
+// with childRole set: the test process is the holder (it mounts /dev/fuse itself and keeps the
+// descriptor and the state memfd) and the application.
+const (
+	childRole       = "FATFUSE_TEST_SERVER" // "serve" or "takeover"
+	childImage      = "FATFUSE_TEST_IMAGE"
+	childMountpoint = "FATFUSE_TEST_MOUNTPOINT"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childRole); role != "" {
+		os.Exit(serverChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+// serverChild serves the connection on descriptor 3 with the state on 4, says "ready <ms>" on
+// its standard output (the time TakeOver or ServeConnection took), pauses at SIGTERM and then
+// says "paused" and ends without closing the volume, which is the next server's.
+func serverChild(role string) int {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	img, mountpoint := os.Getenv(childImage), os.Getenv(childMountpoint)
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "server: %v\n", err)
+		return 1
+	}
+	opts, err := mountopt.ParseOptions("")
+	if err != nil {
+		return fail(err)
+	}
+	if role == "takeover" {
+		// As a mounter does before serving: the open-time check and repair.
+		dev, err := blockdev.Open(img, false)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := fsck.Repair(dev); err != nil {
+			return fail(err)
+		}
+		dev.Close()
+	}
+	vol, err := fatvol.OpenImage(img, VolumeOptions(opts))
+	if err != nil {
+		return fail(err)
+	}
+	c := Connection{FD: 3, Mountpoint: mountpoint, State: os.NewFile(4, "state")}
+	start := time.Now()
+	var srv *Server
+	if role == "takeover" {
+		srv, err = TakeOver(vol, c, opts)
+	} else {
+		srv, err = ServeConnection(vol, c, opts)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Printf("ready %d\n", time.Since(start).Microseconds())
+	var pausing atomic.Bool
+	paused := make(chan error, 1)
+	go func() {
+		<-term
+		pausing.Store(true)
+		paused <- srv.Pause()
+	}()
+	srv.Wait()
+	if pausing.Load() {
+		if err := <-paused; err != nil {
+			return fail(err)
+		}
+		fmt.Println("paused")
+		return 0
+	}
+	if err := vol.Close(); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// holder mounts a FUSE connection for a test and keeps it, with its state file, while servers
+// come and go.
+type holder struct {
+	t     *testing.T
+	img   string
+	dir   string
+	fuse  *os.File
+	state *os.File
+	srv   *exec.Cmd
+	out   *bufio.Reader
+}
+
+// hold mounts /dev/fuse at a new directory as the node plugin does, and makes the state memfd.
+func hold(t *testing.T, img string) *holder {
+	t.Helper()
+	h := &holder{t: t, img: img, dir: t.TempDir()}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.fuse = f
+	data := strings.Join([]string{"fd=" + strconv.Itoa(int(f.Fd())), "rootmode=40000", "user_id=0", "group_id=0",
+		"max_read=1048576", "default_permissions", "allow_other"}, ",")
+	if err := unix.Mount(img, h.dir, "fuse.fat", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		f.Close()
+		t.Fatalf("mount fuse at %s: %v", h.dir, err)
+	}
+	fd, err := unix.MemfdCreate("fatfuse-state", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.state = os.NewFile(uintptr(fd), "fatfuse-state")
+	t.Cleanup(func() {
+		unix.Unmount(h.dir, unix.MNT_DETACH)
+		if h.srv != nil {
+			h.srv.Process.Kill()
+			h.srv.Wait()
+		}
+		h.fuse.Close()
+		h.state.Close()
+	})
+	return h
+}
+
+// start runs a server process in role and waits until it serves; it returns how long the
+// server took to start serving after its volume was open.
+func (h *holder) start(role string) time.Duration {
+	h.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childRole+"="+role, childImage+"="+h.img, childMountpoint+"="+h.dir)
+	cmd.ExtraFiles = []*os.File{h.fuse, h.state}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.srv, h.out = cmd, bufio.NewReader(out)
+	line, err := h.out.ReadString('\n')
+	var us int64
+	if _, serr := fmt.Sscanf(line, "ready %d", &us); err != nil || serr != nil {
+		h.t.Fatalf("server %s did not start: %q, %v", role, line, err)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// kill ends the server with SIGKILL.
+func (h *holder) kill() {
+	h.t.Helper()
+	h.srv.Process.Kill()
+	h.srv.Wait()
+	h.srv = nil
+}
+
+// pause has the server hand over (SIGTERM: Pause) and waits for it to end.
+func (h *holder) pause() {
+	h.t.Helper()
+	h.srv.Process.Signal(syscall.SIGTERM)
+	line, _ := h.out.ReadString('\n')
+	if err := h.srv.Wait(); err != nil || line != "paused\n" {
+		h.t.Fatalf("server did not pause: %q, %v", line, err)
+	}
+	h.srv = nil
+}
+
+// unmount unmounts, lets the server close the volume and waits for it to end.
+func (h *holder) unmount() {
+	h.t.Helper()
+	if err := unix.Unmount(h.dir, 0); err != nil {
+		h.t.Fatalf("unmount %s: %v", h.dir, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.srv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			h.t.Errorf("server: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		h.t.Errorf("server did not end after unmount")
+	}
+	h.srv = nil
+}
