@@ -41,7 +41,7 @@ const (
 func (m *Manager) supervise(sv *servedVolume) {
 	for {
 		p := sv.mounter()
-		<-p.Gone()
+		<-p.Dead()
 		sv.takeover.Lock()
 		sv.mu.Lock()
 		stopping, current := sv.stopping, sv.remote
@@ -54,8 +54,8 @@ func (m *Manager) supervise(sv *servedVolume) {
 			sv.takeover.Unlock()
 			continue // replaced by a hand-over
 		}
-		klog.InfoS("the mounter of a held volume ended; a new one takes its connection over", "volume", sv.id, "why", p.EndedWhy())
-		givenUp := m.replace(sv, p.EndedWhy())
+		klog.InfoS("the mounter of a held volume ended; a new one takes its connection over", "volume", sv.id, "mounter", p.String())
+		givenUp := m.replace(sv, p)
 		sv.takeover.Unlock()
 		if givenUp {
 			m.serveAfresh(sv)
@@ -66,10 +66,15 @@ func (m *Manager) supervise(sv *servedVolume) {
 
 // replace starts mounters until one takes the connection over, or gives the connection up when
 // too many ended lately; it tells whether it gave up. The caller holds sv.takeover.
-func (m *Manager) replace(sv *servedVolume, death string) (givenUp bool) {
-	why := death
+func (m *Manager) replace(sv *servedVolume, dead *mounters.Mounter) (givenUp bool) {
+	why := ""
 	for {
 		if n := sv.ended(); n > takeoverEnds {
+			// How the first one ended is known by now (a pod's status is read meanwhile).
+			death := dead.EndedWhy()
+			if death == "" {
+				death = fmt.Sprintf("its mounter (%s) ended", dead)
+			}
 			m.giveUp(sv, fmt.Sprintf("gave up the volume's FUSE connection: %s, and its mounters ended %d times within %v (the last: %s); what was open on the mount failed, and the volume is served afresh", death, n, takeoverWindow, why))
 			return true
 		}

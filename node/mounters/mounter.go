@@ -33,6 +33,10 @@ type Mounter struct {
 	goneOnce sync.Once
 	mu       sync.Mutex
 	why      string // how it ended
+	// dead is closed as soon as the mounter is seen to end (its control connection ended), which
+	// may be before how it ended is known (gone); made on demand.
+	dead   chan struct{}
+	isDead bool
 	// build is its version (OpBuild), once buildKnown.
 	build      string
 	buildKnown bool
@@ -71,6 +75,33 @@ func (p *Mounter) ended(why string) {
 		p.mu.Unlock()
 		close(p.gone)
 	})
+	p.markDead()
+}
+
+// markDead records that the mounter is seen to end.
+func (p *Mounter) markDead() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.isDead {
+		p.isDead = true
+		if p.dead != nil {
+			close(p.dead)
+		}
+	}
+}
+
+// Dead is closed as soon as the mounter is seen to end, which for a pod comes before its
+// status says how (Gone): a takeover need not wait for that.
+func (p *Mounter) Dead() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead == nil {
+		p.dead = make(chan struct{})
+		if p.isDead {
+			close(p.dead)
+		}
+	}
+	return p.dead
 }
 
 func (p *Mounter) IsGone() bool {
@@ -128,6 +159,7 @@ func (p *Mounter) watch() error {
 		for _, f := range files {
 			f.Close()
 		}
+		p.markDead()
 		if p.pod != nil {
 			p.ended(p.podEnded(err))
 			return
