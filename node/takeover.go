@@ -163,15 +163,16 @@ func (m *Manager) resume(sv *servedVolume, p *mounters.Mounter, rec volume.Recor
 	old := sv.remote
 	sv.remote, sv.damage = p, damage
 	sv.mu.Unlock()
-	old.Retire()
 	m.store.Lock()
-	defer m.store.Unlock()
 	if cur := m.store.Staged[sv.name]; cur != nil {
 		cur.Mounter = p.Record()
 		if err := m.saveLocked(); err != nil {
 			klog.ErrorS(err, "recording the mounter that took the connection over", "volume", sv.id)
 		}
 	}
+	m.store.Unlock()
+	// A pod's deletion waits for it to be gone: nothing else needs to.
+	go old.Retire()
 	return nil
 }
 
