@@ -354,7 +354,8 @@ func TestMounterKilledConnectionTakenOver(t *testing.T) {
 
 // TestPluginRestartThenMounterKilled: the plugin is killed and started again, gets its copies
 // of the connection back from the mounter it adopts, and then the mounter is killed: a new one
-// takes the connection over, and the application sees no error.
+// takes the connection over; then the same again with the mounter that took over. The
+// application sees no error.
 func TestPluginRestartThenMounterKilled(t *testing.T) {
 	requireFUSE(t)
 	dir := t.TempDir()
@@ -380,6 +381,17 @@ func TestPluginRestartThenMounterKilled(t *testing.T) {
 	a.progress(t, 10*time.Second)
 	during, before := a.pause(killed, replacedAt)
 	t.Logf("pause: the longest round under way from the kill to the new mounter took %v (before: %v at most)", during, before)
+	// The other way round: the mounter that took over outlives the plugin's next crash, and the
+	// plugin after it holds its connection again.
+	c.end(t, syscall.SIGKILL)
+	a.progress(t, 5*time.Second)
+	c = startChild(t, dir, withMounters)
+	if again := stagedMounter(t, dir, "phoenix"); again.PID != pid {
+		t.Fatalf("restart replaced mounter %d by %d", pid, again.PID)
+	}
+	killMounter(t, a, pid)
+	pid = replaced(t, dir, "phoenix", pid, 20*time.Second)
+	a.progress(t, 10*time.Second)
 	n := a.end(t)
 	unstageAndCheck(t, c.node, dir, "phoenix", id, staging, []string{target}, n)
 	waitGone(t, pid)
