@@ -467,8 +467,8 @@ func TestTakeoverGivenUp(t *testing.T) {
 
 // TestUpgradeHandOver: a plugin that adopts a mounter of another version (the test hook stands
 // in for an older build) hands its connection over to a mounter of its own while an application
-// writes and reads: the application sees no error, every fsync'ed record is there, and the file
-// system is clean.
+// writes and reads (unless upgrades are off): the application sees no error, every fsync'ed
+// record is there, and the file system is clean.
 func TestUpgradeHandOver(t *testing.T) {
 	requireFUSE(t)
 	dir := t.TempDir()
@@ -483,6 +483,13 @@ func TestUpgradeHandOver(t *testing.T) {
 	a.progress(t, 5*time.Second)
 	c.end(t, syscall.SIGTERM)
 	os.Unsetenv(protocol.VersionEnv) // the new plugin's mounters are its own version
+	// With upgrades off, the old mounter serves on.
+	c = startChild(t, dir, withMounters, func(c *Config) { c.Node.Mounter.NoUpgrade = true })
+	time.Sleep(2 * time.Second)
+	if again := stagedMounter(t, dir, "phoenix"); again.PID != mr.PID || !alive(mr.PID) {
+		t.Fatalf("with upgrades off, mounter %d was replaced by %d", mr.PID, again.PID)
+	}
+	c.end(t, syscall.SIGTERM)
 	started := time.Now()
 	c = startChild(t, dir, withMounters)
 	pid := replaced(t, dir, "phoenix", mr.PID, 20*time.Second)
