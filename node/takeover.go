@@ -231,7 +231,12 @@ func (m *Manager) serveAfresh(sv *servedVolume) {
 	m.store.Unlock()
 	if current == sv {
 		if err := m.stage(rec, &st); err != nil {
-			klog.ErrorS(err, "serving afresh a volume whose connection was given up", "volume", sv.id)
+			klog.ErrorS(err, "serving afresh a volume whose connection was given up; the next NodePublishVolume tries again", "volume", sv.id)
+			m.store.Lock()
+			if m.served[sv.name] == nil {
+				m.served[sv.name] = sv // gone: NodePublishVolume serves it again
+			}
+			m.store.Unlock()
 			return
 		}
 	}
