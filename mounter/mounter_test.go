@@ -138,10 +138,18 @@ func TestHostileRequests(t *testing.T) {
 		{`{"version":1,"op":"grow"}`, nil, "no volume is served"},
 		{`{"version":1,"op":"grow"}`, []int{fd}, "takes 0 descriptors"},
 		{strings.Repeat("[", protocol.MaxMessage+10), nil, "longer than"},
+		{`{"version":1,"op":"serve","serve":{"options":"","source":"x","mountpoint":"/x","resume":true}}`, []int{fd, fd}, "without its state descriptor"},
+		{`{"version":1,"op":"serve","serve":{"options":"","source":"x","mountpoint":"/x","state":true}}`, []int{fd, fd}, "takes 3 descriptors"},
+		{`{"version":1,"op":"descriptors"}`, nil, "no volume is served"},
+		{`{"version":1,"op":"hand-over"}`, nil, "no volume is served"},
 	} {
 		if got := raw(tt.data, tt.fds...); !strings.Contains(got, tt.want) {
 			t.Errorf("%.60q: answered %q, want %q", tt.data, got, tt.want)
 		}
+	}
+	// Its version, for a plugin of another to hand its volume over.
+	if resp, err := protocol.Call(dial(t, socket), &protocol.Request{Op: protocol.OpBuild}, 5*time.Second); err != nil || resp.Build != Version {
+		t.Fatalf("build = %+v, %v; want %q", resp, err, Version)
 	}
 	// A connection that sends nothing does not hold the mounter up.
 	silent := dial(t, socket)
