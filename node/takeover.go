@@ -341,6 +341,7 @@ func (m *Manager) handOver(sv *servedVolume) error {
 	if err != nil {
 		return fmt.Errorf("volume %s: start a mounter: %w", rec.ID, err)
 	}
+	paused := time.Now()
 	if err := old.HandOver(); err != nil {
 		// If it went anyway, the takeover that follows a death picks its connection up.
 		p.Discard()
@@ -351,5 +352,6 @@ func (m *Manager) handOver(sv *servedVolume) error {
 		// The old mounter is gone: the supervisor, once this returns, takes over as after a death.
 		return err
 	}
+	klog.InfoS("handed a connection over", "volume", sv.id, "from", old.String(), "to", p.String(), "paused", time.Since(paused))
 	return nil
 }
