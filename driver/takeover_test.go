@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -454,6 +455,12 @@ func TestTakeoverGivenUp(t *testing.T) {
 		t.Fatalf("condition of the given-up volume: %v", c)
 	}
 	t.Logf("condition: %s", c.GetMessage())
+	// The log it names, with the failed mounters' panics, is there to read.
+	if m := regexp.MustCompile(`see (/\S+\.log)`).FindStringSubmatch(c.GetMessage()); m == nil {
+		t.Fatalf("the condition names no log: %s", c.GetMessage())
+	} else if b, err := os.ReadFile(m[1]); err != nil || !strings.Contains(string(b), "test fault: resume-panic") {
+		t.Fatalf("the log %s the condition names: %v; holds the test fault's panic: %v", m[1], err, strings.Contains(string(b), "resume-panic"))
+	}
 	n := bystander.end(t)
 	if c := conditionOf(t, td.node, idB, filepath.Join(dir, "tb")); c.GetAbnormal() {
 		t.Fatalf("the other volume's condition: %v", c)

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-fat/csi-fat/mounter/protocol"
+	"github.com/csi-fat/csi-fat/node/hostmount"
 	"github.com/csi-fat/csi-fat/node/mounters"
 	"github.com/csi-fat/csi-fat/node/serving"
 	"github.com/csi-fat/csi-fat/node/volume"
@@ -79,7 +80,7 @@ func (m *Manager) replace(sv *servedVolume, dead *mounters.Mounter) (givenUp boo
 			return true
 		}
 		start := time.Now()
-		p, err := m.takeOver(sv, false)
+		p, err := m.takeOver(sv)
 		if err == nil {
 			klog.InfoS("a new mounter took the connection over", "volume", sv.id, "mounter", p.String(), "took", time.Since(start))
 			return false
@@ -108,7 +109,7 @@ func (sv *servedVolume) ended() int {
 // takeOver starts a mounter and has it take the volume's live connection over: it checks (and
 // repairs) the volume first, then serves it from the state the previous server left. The
 // previous mounter is gone (it died, or handed over). The caller holds sv.takeover.
-func (m *Manager) takeOver(sv *servedVolume, handOver bool) (*mounters.Mounter, error) {
+func (m *Manager) takeOver(sv *servedVolume) (*mounters.Mounter, error) {
 	rec, st, err := m.servedRecords(sv.name)
 	if err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func (m *Manager) takeOver(sv *servedVolume, handOver bool) (*mounters.Mounter, 
 		return nil, fmt.Errorf("volume %s: start a mounter: %w", rec.ID, err)
 	}
 	if err := m.resume(sv, p, rec, st); err != nil {
-		p.Discard()
+		p.Kill() // its log, the volume's, stays: the condition names it
 		return nil, err
 	}
 	return p, nil
@@ -261,9 +262,18 @@ func (sv *servedVolume) stopMounter() error {
 	sv.takeover.Lock()
 	sv.mu.Lock()
 	sv.stopping = true
-	p := sv.remote
+	p, givenUp := sv.remote, sv.givenUp != ""
 	sv.mu.Unlock()
 	sv.takeover.Unlock()
+	if givenUp {
+		// Its mounters are dead and its connection aborted: take the dead mount away, and leave
+		// the log its condition names (unstaging removes it).
+		if err := hostmount.NewTable().DetachAll(sv.path); err != nil {
+			return err
+		}
+		p.Retire()
+		return nil
+	}
 	err := p.Stop(sv.path)
 	if err != nil && !p.IsGone() {
 		sv.mu.Lock()
@@ -344,11 +354,11 @@ func (m *Manager) handOver(sv *servedVolume) error {
 	paused := time.Now()
 	if err := old.HandOver(); err != nil {
 		// If it went anyway, the takeover that follows a death picks its connection up.
-		p.Discard()
+		p.Kill()
 		return err
 	}
 	if err := m.resume(sv, p, rec, st); err != nil {
-		p.Discard()
+		p.Kill()
 		// The old mounter is gone: the supervisor, once this returns, takes over as after a death.
 		return err
 	}
