@@ -24,9 +24,9 @@ import (
 // every 100 ms while the driver's pod is deleted, the DaemonSet rolls through a helm upgrade,
 // and the driver's process is killed with SIGKILL on the host. The writer sees no error; every
 // record and a file written before are there afterwards; a new claim is provisioned and used.
-// Then one volume's mounter is killed: its writer gets an error and its condition turns
-// abnormal, the first writer carries on, and a new pod on the killed volume's claim reads every
-// record its writer had fsync'ed.
+// Then one volume's mounter process is killed with SIGKILL on the host, and then its mounter pod
+// deleted: each time a new mounter pod takes the live connection over, its writer carries on
+// without an error, its condition stays normal, and every record is there afterwards.
 func TestMountsOutliveDriver(t *testing.T) {
 	e := need(t)
 	ns := e.namespace(t)
@@ -83,44 +83,42 @@ func TestMountsOutliveDriver(t *testing.T) {
 	e.applyObjects(t, claimObject(ns, "b", imageClass, "16Mi"))
 	wb := e.startWriterWith(t, ns, "writer-b", "b", openWriter)
 	pvB := e.waitClaimBound(t, ns, "b")
-	// An idle pod keeps b published when its writer has failed, so that the kubelet does not
-	// unstage it: the next pod must get it served again without a new NodeStageVolume.
 	e.startPod(t, ns, podSpec{name: "holder-b", volumes: []podVolume{{claim: "b", path: "/data"}}})
 	nb := wb.waitReported(t, 10)
 
-	// Kill b's mounter: only b's mount dies.
-	mounterB := e.mounterPodOf(t, pvB.Spec.CSI.VolumeHandle)
-	if err := syscall.Kill(e.mounterPID(t, mounterB), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	e.waitFor(t, ns, "writer-b to fail", 2*time.Minute, func() (bool, error) {
-		var p pod
-		if err := e.getJSON(&p, "pod", "-n", ns, "writer-b"); err != nil {
-			return false, err
-		}
-		return p.Status.Phase == "Failed", fmt.Errorf("writer-b is %s", p.Status.Phase)
-	})
-	// Every record it reported before it failed was fsync'ed.
-	for done := false; !done; {
-		select {
-		case r, ok := <-wb.reports:
-			nb, done = max(nb, r), !ok
-		case <-time.After(30 * time.Second):
-			done = true
-		}
-	}
+	// b's mounter dies, killed on the host and then deleted: each time a new mounter pod takes its
+	// connection over (the driver holds it), and b's writer carries on.
 	podB := e.getPod(t, ns, "holder-b")
 	target := filepath.Join("/var/lib/kubelet/pods", podB.Metadata.UID, "volumes/kubernetes.io~csi", pvB.Metadata.Name, "mount")
-	abnormal, message := e.volumeCondition(t, pvB.Spec.CSI.VolumeHandle, target)
-	if !abnormal || !strings.Contains(message, "mounter") {
-		t.Errorf("volume condition after its mounter was killed: abnormal=%v %q; want abnormal, naming the mounter", abnormal, message)
-	} else {
-		t.Logf("volume condition after its mounter was killed: %s", message)
+	for _, how := range []string{"its process killed with SIGKILL", "its pod deleted"} {
+		old := e.mounterPodOf(t, pvB.Spec.CSI.VolumeHandle)
+		ended := time.Now()
+		if how == "its pod deleted" {
+			e.kubectlT(t, "delete", "pod", "-n", releaseNS, old.Metadata.Name, "--wait=false")
+		} else if err := syscall.Kill(e.mounterPID(t, old), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		nb = wb.waitReported(t, nb+20)
+		t.Logf("b's mounter pod %s, %s: its writer reported 20 more records %v later", old.Metadata.Name, how, time.Since(ended))
+		e.waitFor(t, releaseNS, "a new mounter pod serving b", 2*time.Minute, func() (bool, error) {
+			var pods list[mounterPod]
+			if err := e.getJSON(&pods, "pods", "-n", releaseNS, "-l", mounterPods+",fat.csi-fat.io/volume-hash="+volumeHash(pvB.Spec.CSI.VolumeHandle)); err != nil {
+				return false, err
+			}
+			var names []string
+			for _, p := range pods.Items {
+				names = append(names, p.Metadata.Name)
+			}
+			return len(pods.Items) == 1 && pods.Items[0].Metadata.UID != old.Metadata.UID, fmt.Errorf("mounter pods of b: %v", names)
+		})
+		if abnormal, message := e.volumeCondition(t, pvB.Spec.CSI.VolumeHandle, target); abnormal {
+			t.Errorf("volume condition after b's mounter pod %s, %s: abnormal, %q", old.Metadata.Name, how, message)
+		}
+		n = w.waitReported(t, n+20) // a's writer carries on
 	}
-	n = w.waitReported(t, n+20) // a's writer carries on
-
+	nb = wb.stop(t)
 	e.startPod(t, ns, podSpec{name: "reader-b", volumes: []podVolume{{claim: "b", path: "/data"}}})
-	checkRecords(t, "a new pod on the claim whose mounter was killed", []byte(e.sh(t, ns, "reader-b", "cat /data/log")), nb)
+	checkLog(t, "the log of the writer whose mounter was killed and deleted", []byte(e.sh(t, ns, "reader-b", "cat /data/log")), nb)
 
 	n = w.stop(t)
 	e.startPod(t, ns, podSpec{name: "reader-a", volumes: []podVolume{{claim: "a", path: "/data"}}})
