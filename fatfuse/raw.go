@@ -48,7 +48,7 @@ func (r *rawFS) dirOf(id uint64) (*node, fuse.Status) {
 }
 
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -60,12 +60,12 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 }
 
 func (r *rawFS) Forget(id, nlookup uint64) {
-	defer r.s.enter()()
+	defer r.s.enter(nil)()
 	r.s.forget(id, nlookup)
 }
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
 		return unknown
@@ -78,7 +78,7 @@ func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
 		return unknown
@@ -93,7 +93,7 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -102,7 +102,7 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -111,7 +111,7 @@ func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out
 }
 
 func (r *rawFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -120,7 +120,7 @@ func (r *rawFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fu
 }
 
 func (r *rawFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -129,7 +129,7 @@ func (r *rawFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fus
 }
 
 func (r *rawFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -151,7 +151,7 @@ func (r *rawFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name s
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -160,7 +160,7 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	switch {
 	case n == nil:
@@ -184,7 +184,7 @@ func (r *rawFS) fileOf(id, fh uint64) (*handle, fuse.Status) {
 }
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return nil, st
@@ -194,7 +194,7 @@ func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.
 }
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return 0, st
@@ -204,7 +204,7 @@ func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (ui
 }
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return fuse.OK // a handle released already
@@ -213,7 +213,7 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (r *rawFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -222,7 +222,7 @@ func (r *rawFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -231,14 +231,14 @@ func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Sta
 }
 
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	if h := r.s.dropHandle(in.Fh); h != nil {
 		h.release()
 	}
 }
 
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -259,7 +259,7 @@ func (r *rawFS) dirHandleOf(id, fh uint64) (*handle, fuse.Status) {
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.dirHandleOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -268,7 +268,7 @@ func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEn
 }
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.dirHandleOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -277,18 +277,18 @@ func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.D
 }
 
 func (r *rawFS) ReleaseDir(in *fuse.ReleaseIn) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	if h := r.s.dropHandle(in.Fh); h != nil {
 		h.release()
 	}
 }
 
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	return status(r.s.fsyncdir())
 }
 
 func (r *rawFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	return status(r.s.statfs(out))
 }

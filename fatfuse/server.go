@@ -58,6 +58,7 @@ type Server struct {
 
 	gate   gate          // pause.go
 	served chan struct{} // closed when go-fuse's loop ends
+	resent atomic.Uint64 // requests the kernel sent again after a takeover
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
@@ -247,6 +248,10 @@ func (s *Server) Nodes() int {
 	defer s.mu.Unlock()
 	return len(s.byIno)
 }
+
+// Resent counts the requests the kernel sent again after the server took the connection over:
+// those the previous server had read and not answered.
+func (s *Server) Resent() uint64 { return s.resent.Load() }
 
 // writable refuses changes once the mount went read-only.
 func (s *Server) writable() syscall.Errno {

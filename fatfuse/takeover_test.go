@@ -277,13 +277,20 @@ func TestTakeOver(t *testing.T) {
 	w := startAppLoad(t, h.dir)
 	const run = 1500 * time.Millisecond
 	const crashes = 2
-	var takeovers []time.Duration
+	var takeovers, gaps []time.Duration
+	var resent []uint64
+	takeOver := func(since time.Time) {
+		took, n := h.start("takeover")
+		takeovers, resent = append(takeovers, took), append(resent, n)
+		gaps = append(gaps, h.readyAt.Sub(since))
+	}
 	for range crashes {
 		time.Sleep(run)
 		writes := w.bulkWrites.Load()
 		w.p.phase.Add(1)
+		killed := time.Now()
 		h.kill()
-		takeovers = append(takeovers, h.start("takeover"))
+		takeOver(killed)
 		if writes == 0 {
 			t.Fatal("no bulk write before the kill")
 		}
@@ -291,8 +298,9 @@ func TestTakeOver(t *testing.T) {
 	time.Sleep(run)
 	w.p.phase.Add(1)
 	eioBefore := w.bulkEIO.Load()
+	paused := time.Now()
 	h.pause()
-	takeovers = append(takeovers, h.start("takeover"))
+	takeOver(paused)
 	time.Sleep(run)
 	w.finish()
 	if t.Failed() {
@@ -301,6 +309,9 @@ func TestTakeOver(t *testing.T) {
 	w.check()
 	if got := w.bulkEIO.Load(); got != crashes || eioBefore != crashes {
 		t.Errorf("the writer that never fsyncs got EIO %d times (%d before the hand-over); want once per crash, %d", got, eioBefore, crashes)
+	}
+	if resent[0]+resent[1] == 0 {
+		t.Errorf("no request in flight at either kill: the kernel sent none again")
 	}
 	if got := w.fsyncEIO.Load(); got > crashes {
 		t.Errorf("the fsyncing writer got EIO %d times in %d crashes", got, crashes)
@@ -311,9 +322,11 @@ func TestTakeOver(t *testing.T) {
 		what := "before any kill"
 		switch {
 		case ph > 0 && ph <= crashes:
-			what = fmt.Sprintf("SIGKILL %d (TakeOver took %v)", ph, takeovers[ph-1])
+			what = fmt.Sprintf("SIGKILL %d (serving again %v after it, TakeOver %v, %d requests resent)",
+				ph, gaps[ph-1].Round(time.Millisecond), takeovers[ph-1], resent[ph-1])
 		case ph > crashes:
-			what = fmt.Sprintf("Pause, exit (TakeOver took %v)", takeovers[ph-1])
+			what = fmt.Sprintf("Pause (serving again %v after it, TakeOver %v, %d requests resent)",
+				gaps[ph-1].Round(time.Millisecond), takeovers[ph-1], resent[ph-1])
 		}
 		line := "longest operation, " + what + ":"
 		for _, worker := range []string{"O_DSYNC append", "write+fsync", "create+rename", "read 4 MiB"} {
