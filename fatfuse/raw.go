@@ -285,7 +285,11 @@ func (r *rawFS) ReleaseDir(in *fuse.ReleaseIn) {
 
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	defer r.s.enter(&in.InHeader)()
-	return status(r.s.fsyncdir())
+	n, st := r.dirOf(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	return status(n.fsyncdir())
 }
 
 func (r *rawFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {

@@ -38,7 +38,7 @@ const (
 // Record kinds.
 const (
 	recSettings = 1 // the kernel's INIT: major, minor, max_readahead, flags, flags2
-	recNode     = 2 // ino, gen, parent, pos, lookups, flags (nodeDir, nodeUnlinked), name
+	recNode     = 2 // ino, gen, parent, pos, lookups, flags (nodeDir, nodeUnlinked, nodeLostChanges), name
 	recNodeGone = 3 // ino
 	recHandle   = 4 // fh, ino, open flags, flags (handleDir, handleDirty, handleLostWrites)
 	recReleased = 5 // fh
@@ -46,8 +46,9 @@ const (
 )
 
 const (
-	nodeDir      = 1
-	nodeUnlinked = 2
+	nodeDir         = 1
+	nodeUnlinked    = 2
+	nodeLostChanges = 4
 
 	handleDir        = 1
 	handleDirty      = 2
@@ -140,6 +141,9 @@ func nodeRecord(c *node) []byte {
 	}
 	if c.unlinked {
 		fl |= nodeUnlinked
+	}
+	if c.lostChanges {
+		fl |= nodeLostChanges
 	}
 	b = append(b, fl)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.name)))
@@ -251,10 +255,10 @@ type savedState struct {
 }
 
 type savedNode struct {
-	ino, gen, parent, lookups uint64
-	pos                       int64
-	dir, unlinked             bool
-	name                      string
+	ino, gen, parent, lookups  uint64
+	pos                        int64
+	dir, unlinked, lostChanges bool
+	name                       string
 }
 
 type savedHandle struct {
@@ -344,8 +348,9 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 			return fmt.Errorf("node of %d bytes", len(p))
 		}
 		c := &savedNode{ino: le.Uint64(p), gen: le.Uint64(p[8:]), parent: le.Uint64(p[16:]), pos: int64(le.Uint64(p[24:])),
-			lookups: le.Uint64(p[32:]), dir: p[40]&nodeDir != 0, unlinked: p[40]&nodeUnlinked != 0, name: string(p[43:])}
-		if p[40]&^(nodeDir|nodeUnlinked) != 0 {
+			lookups: le.Uint64(p[32:]), dir: p[40]&nodeDir != 0, unlinked: p[40]&nodeUnlinked != 0, lostChanges: p[40]&nodeLostChanges != 0,
+			name: string(p[43:])}
+		if p[40]&^(nodeDir|nodeUnlinked|nodeLostChanges) != 0 || c.lostChanges && !c.dir {
 			return fmt.Errorf("node %d: flags %#x", c.ino, p[40])
 		}
 		if err := c.check(); err != nil {

@@ -56,7 +56,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 	defer s.mu.Unlock()
 	for _, sn := range st.nodes {
 		c := &node{srv: s, ino: sn.ino, gen: sn.gen, isDir: sn.dir, name: sn.name, pos: sn.pos,
-			lookups: sn.lookups, unlinked: sn.unlinked, subdirs: -1}
+			lookups: sn.lookups, unlinked: sn.unlinked, lostChanges: sn.lostChanges, subdirs: -1}
 		s.byIno[c.ino] = c
 		if !c.unlinked {
 			s.byPos[c.pos] = c
@@ -97,6 +97,11 @@ func (s *Server) rebuild(st *savedState) []*node {
 		c.lost = true
 		if s.byPos[c.pos] == c {
 			delete(s.byPos, c.pos)
+		}
+	}
+	for _, c := range lost {
+		if p := c.parent; p != nil && !p.lost {
+			p.lostChanges = true
 		}
 	}
 	return lost

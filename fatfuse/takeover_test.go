@@ -64,6 +64,7 @@ type appLoad struct {
 
 	dsynced, fsynced, renamed, reads atomic.Int64
 	fsyncEIO, bulkEIO, bulkWrites    atomic.Int64
+	renameEIO                        atomic.Int64
 }
 
 func startAppLoad(t *testing.T, dir string) *appLoad {
@@ -198,9 +199,15 @@ func (w *appLoad) reader() {
 
 func (w *appLoad) renamer() {
 	d := filepath.Join(w.dir, "d")
-	for i := 0; !w.stopped(); i++ {
+	for i := 0; !w.stopped(); {
 		from, to := filepath.Join(d, fmt.Sprintf("f%05d", i)), filepath.Join(d, fmt.Sprintf("g%05d", i))
 		err := w.p.op("create+rename", func() error {
+			// A step an EIO cut short is done again from its start.
+			for _, name := range []string{from, to} {
+				if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
 			f, err := os.OpenFile(from, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_DSYNC, 0o644)
 			if err != nil {
 				return err
@@ -222,11 +229,16 @@ func (w *appLoad) renamer() {
 			defer dir.Close()
 			return dir.Sync()
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.EIO):
+			w.renameEIO.Add(1)
+		case err != nil:
 			w.t.Errorf("file %d: %v", i, err)
 			return
+		default:
+			i++
+			w.renamed.Store(int64(i))
 		}
-		w.renamed.Store(int64(i + 1))
 	}
 }
 
@@ -313,11 +325,15 @@ func TestTakeOver(t *testing.T) {
 	if resent[0]+resent[1] == 0 {
 		t.Errorf("no request in flight at either kill: the kernel sent none again")
 	}
+	// A create or rename the crash lost fails the write to the file or the directory's fsync.
+	if got := w.renameEIO.Load(); got > 2*crashes {
+		t.Errorf("the creator got EIO %d times in %d crashes", got, crashes)
+	}
 	if got := w.fsyncEIO.Load(); got > crashes {
 		t.Errorf("the fsyncing writer got EIO %d times in %d crashes", got, crashes)
 	}
-	t.Logf("acknowledged: %d O_DSYNC records, %d fsynced records (%d EIO), %d renamed files, %d checked reads of 4 MiB",
-		w.dsynced.Load(), w.fsynced.Load(), w.fsyncEIO.Load(), w.renamed.Load(), w.reads.Load())
+	t.Logf("acknowledged: %d O_DSYNC records, %d fsynced records (%d EIO), %d renamed files (%d EIO), %d checked reads of 4 MiB",
+		w.dsynced.Load(), w.fsynced.Load(), w.fsyncEIO.Load(), w.renamed.Load(), w.renameEIO.Load(), w.reads.Load())
 	for ph := int32(0); ph <= w.p.phase.Load(); ph++ {
 		what := "before any kill"
 		switch {
