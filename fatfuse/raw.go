@@ -31,16 +31,16 @@ func (r *rawFS) Init(srv *fuse.Server) { r.s.fuse = srv }
 // status turns an errno into go-fuse's status.
 func status(e syscall.Errno) fuse.Status { return fuse.Status(e) }
 
-// unknown answers a request naming a node or handle the server does not have: one a previous
+// errUnknownID answers a request naming a node or handle the server does not have: one a previous
 // server never recorded (it died between answering and recording), or a node that was lost.
-const unknown = fuse.Status(syscall.ESTALE)
+const errUnknownID = fuse.Status(syscall.ESTALE)
 
 // dirOf resolves a directory node ID.
 func (r *rawFS) dirOf(id uint64) (*node, fuse.Status) {
 	n := r.s.node(id)
 	switch {
 	case n == nil:
-		return nil, unknown
+		return nil, errUnknownID
 	case !n.isDir:
 		return nil, fuse.Status(syscall.ENOTDIR)
 	}
@@ -68,7 +68,7 @@ func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.At
 	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
-		return unknown
+		return errUnknownID
 	}
 	var h *handle
 	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
@@ -81,7 +81,7 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
-		return unknown
+		return errUnknownID
 	}
 	var h *handle
 	if fh, ok := in.GetFh(); ok {
@@ -164,7 +164,7 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 	n := r.s.node(in.NodeId)
 	switch {
 	case n == nil:
-		return unknown
+		return errUnknownID
 	case n.isDir:
 		return fuse.Status(syscall.EISDIR)
 	}

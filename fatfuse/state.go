@@ -395,7 +395,8 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 // check refuses a node no server could have made.
 func (c *savedNode) check() error {
 	switch {
-	case c.ino <= fuse.FUSE_ROOT_ID:
+	case c.ino <= fuse.FUSE_ROOT_ID || c.ino >= 1<<63:
+		// Positions and synthetic numbers (from 1<<62) lie far below 1<<63.
 		return fmt.Errorf("node %d", c.ino)
 	case c.pos <= 0:
 		return fmt.Errorf("node %d: entry at %d", c.ino, c.pos)

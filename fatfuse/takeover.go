@@ -81,15 +81,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 		if c == s.root || c.unlinked {
 			continue
 		}
-		p, ok := c.pathLocked()
-		var fi interface{ IsDir() bool }
-		var attr *fatvol.Attr
-		if ok {
-			if got, err := s.vol.Stat(p); err == nil {
-				fi, attr = got, got.Sys().(*fatvol.Attr)
-			}
-		}
-		if fi == nil || attr.Pos != c.pos || fi.IsDir() != c.isDir {
+		if !s.foundLocked(c) {
 			lost = append(lost, c)
 		}
 	}
@@ -105,6 +97,17 @@ func (s *Server) rebuild(st *savedState) []*node {
 		}
 	}
 	return lost
+}
+
+// foundLocked tells whether node c's entry is on the volume where the state says: its path
+// leads to an entry of its kind at its position.
+func (s *Server) foundLocked(c *node) bool {
+	p, ok := c.pathLocked()
+	if !ok {
+		return false
+	}
+	fi, err := s.vol.Stat(p)
+	return err == nil && fi.Sys().(*fatvol.Attr).Pos == c.pos && fi.IsDir() == c.isDir
 }
 
 // attach starts go-fuse on the live descriptor fd. go-fuse reads INIT before anything else, and
