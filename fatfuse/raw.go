@@ -31,8 +31,8 @@ func (r *rawFS) Init(srv *fuse.Server) { r.s.fuse = srv }
 // status turns an errno into go-fuse's status.
 func status(e syscall.Errno) fuse.Status { return fuse.Status(e) }
 
-// errUnknownID answers a request naming a node or handle the server does not have: one a previous
-// server never recorded (it died between answering and recording), or a node that was lost.
+// errUnknownID answers a request naming a node the server does not have, which the kernel can
+// only name if a server answered before it recorded (never done) or its state was not kept.
 const errUnknownID = fuse.Status(syscall.ESTALE)
 
 // dirOf resolves a directory node ID.
