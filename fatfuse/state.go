@@ -32,7 +32,7 @@ const (
 	stateMaxSize    = 1 << 30 // far beyond any real table; a bound for a hostile file
 	recordHeader    = 12
 	maxNameBytes    = 1024 // a FAT long name is at most 255 UTF-16 units: 765 UTF-8 bytes
-	compactFloor    = 1 << 20
+	compactFloor    = 256 << 10
 )
 
 // Record kinds.
