@@ -138,7 +138,7 @@ func (r *rawFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newNa
 	if !st.Ok() {
 		return st
 	}
-	return status(n.rename(oldName, np, newName, in.Flags, resent(&in.InHeader)))
+	return status(n.rename(oldName, np, newName, in.Flags, in.Unique))
 }
 
 // Link and Symlink fail as on vfat: FAT has neither hard nor symbolic links.

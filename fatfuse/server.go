@@ -51,6 +51,7 @@ type Server struct {
 	nextGen uint64
 	handles map[uint64]*handle
 	nextFh  uint64
+	done    []uint64            // renames applied lately (done.go)
 	state   *stateLog           // nil: nothing kept for a takeover
 	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
 	budget  int                 // nodes held at most, about (SetNodeBudget); 0: no bound

@@ -43,6 +43,7 @@ const (
 	recHandle   = 4 // fh, ino, open flags, flags (handleDir, handleDirty, handleLostWrites)
 	recReleased = 5 // fh
 	recPaused   = 6 // a planned hand-over: everything was written back
+	recDone     = 7 // the unique number of a rename applied (done.go)
 )
 
 const (
@@ -215,6 +216,9 @@ func (s *Server) compactLocked(paused bool) error {
 	for _, h := range s.handles {
 		add(handleRecord(h))
 	}
+	for _, u := range s.done {
+		add(idRecord(recDone, u))
+	}
 	if paused {
 		add([]byte{recPaused})
 	}
@@ -252,6 +256,7 @@ type savedState struct {
 	nodes    map[uint64]*savedNode
 	handles  map[uint64]*savedHandle
 	paused   bool
+	done     []uint64 // the last renames applied, oldest first
 }
 
 type savedNode struct {
@@ -381,6 +386,14 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 			return fmt.Errorf("release of %d bytes", len(p))
 		}
 		delete(st.handles, le.Uint64(p))
+	case recDone:
+		if len(p) != 8 {
+			return fmt.Errorf("done of %d bytes", len(p))
+		}
+		if len(st.done) == doneKept {
+			st.done = st.done[1:]
+		}
+		st.done = append(st.done, le.Uint64(p))
 	case recPaused:
 		if len(p) != 0 {
 			return fmt.Errorf("pause mark of %d bytes", len(p))

@@ -73,6 +73,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 		s.handles[h.fh] = h
 		s.nextFh = max(s.nextFh, h.fh)
 	}
+	s.done = st.done
 	if st.paused {
 		return nil
 	}
