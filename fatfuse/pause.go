@@ -40,7 +40,8 @@ func (s *Server) enter(h *fuse.InHeader) (leave func()) {
 // server need not invalidate the kernel's caches nor report lost writes). Wait returns
 // afterwards; the connection stays alive for the next server. Requests read from then on are
 // left unanswered: the process must end (or at least stop reading the descriptor) before the
-// next server takes over, whose FUSE_NOTIFY_RESEND brings them back.
+// next server takes over, whose FUSE_NOTIFY_RESEND brings them back. The volume is the next
+// server's: do not close it (its close writes), end the process instead.
 func (s *Server) Pause() error {
 	g := &s.gate
 	g.mu.Lock()
