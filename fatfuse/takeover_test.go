@@ -278,10 +278,12 @@ func (w *appLoad) check() {
 
 // TestTakeOver: a server process is killed twice with SIGKILL under an application's steady
 // load, and a new one takes the live connection over each time; then a planned hand-over. The
-// readers, the O_DSYNC appender and the file creator see no error; every acknowledged record is
-// there byte for byte and every rename resolves; the writer that never fsyncs gets EIO once per
-// crash and never at the hand-over; the fsyncing writer gets EIO at most once per crash (only
-// when the kill fell between a write and its fsync); fsck.fat finds the volume clean.
+// reader and the O_DSYNC appender see no error; every acknowledged record is there byte for byte
+// and every rename synced resolves; the writer that never fsyncs gets EIO once per crash and
+// never at the hand-over; the fsyncing writer gets EIO at most once per crash (only when the
+// kill fell between a write and its fsync), the creator at most twice (a create or rename the
+// crash lost: at the write to the file, at the directory's fsync); some requests were in flight
+// at the kills and came again; fsck.fat finds the volume clean.
 func TestTakeOver(t *testing.T) {
 	needTools(t, "mkfs.fat", "fsck.fat")
 	h := hold(t, makeImage(t, 64<<10, "-F", "32"))
