@@ -176,12 +176,17 @@ const (
 	renameExchange  = 1 << 1
 )
 
-// rename moves name in n to newName in np, with renameat2's NOREPLACE and EXCHANGE. Sent again
-// after a takeover, a source gone and a destination present mean the dead server renamed it.
-func (n *node) rename(name string, np *node, newName string, flags uint32, resent bool) syscall.Errno {
+// rename moves name in n to newName in np, with renameat2's NOREPLACE and EXCHANGE; unique is
+// the request's number. Sent again after a takeover, a rename the dead server recorded as
+// applied (done.go), or whose source is gone and destination present, is answered as done.
+func (n *node) rename(name string, np *node, newName string, flags uint32, unique uint64) syscall.Errno {
 	s := n.srv
 	if e := s.writable(); e != 0 {
 		return e
+	}
+	resent := unique&resendBit != 0
+	if resent && s.wasApplied(unique) {
+		return 0
 	}
 	s.ns.Lock()
 	defer s.ns.Unlock()
@@ -230,6 +235,7 @@ func (n *node) rename(name string, np *node, newName string, flags uint32, resen
 	s.mu.Lock()
 	n.moves++
 	np.moves++
+	s.appliedLocked(unique)
 	s.mu.Unlock()
 	var stale []alias
 	var unused *fatvol.File

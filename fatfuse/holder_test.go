@@ -37,9 +37,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serverChild serves the connection on descriptor 3 with the state on 4, says "ready <ms>" on
-// its standard output (the time TakeOver or ServeConnection took), pauses at SIGTERM and then
-// says "paused" and ends without closing the volume, which is the next server's.
+// resentWait is how long a server that took over waits before it says how many requests the
+// kernel sent it again: those come at once.
+const resentWait = 300 * time.Millisecond
+
+// serverChild serves the connection on descriptor 3 with the state on 4, says "ready <µs>" on
+// its standard output (the time TakeOver or ServeConnection took) and, after a takeover,
+// "resent <n>" a moment later; it pauses at SIGTERM and then says "paused" and ends without
+// closing the volume, which is the next server's.
 func serverChild(role string) int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -79,6 +84,10 @@ func serverChild(role string) int {
 		return fail(err)
 	}
 	fmt.Printf("ready %d\n", time.Since(start).Microseconds())
+	if role == "takeover" {
+		time.Sleep(resentWait)
+		fmt.Printf("resent %d\n", srv.Resent())
+	}
 	var pausing atomic.Bool
 	paused := make(chan error, 1)
 	go func() {
@@ -110,6 +119,8 @@ type holder struct {
 	state *os.File
 	srv   *exec.Cmd
 	out   *bufio.Reader
+	// readyAt is when the last server started said it serves.
+	readyAt time.Time
 }
 
 // hold mounts /dev/fuse at a new directory as the node plugin does, and makes the state memfd.
@@ -145,8 +156,9 @@ func hold(t *testing.T, img string) *holder {
 }
 
 // start runs a server process in role and waits until it serves; it returns how long the
-// server took to start serving after its volume was open.
-func (h *holder) start(role string) time.Duration {
+// server took to start serving after its volume was open and, after a takeover, how many
+// requests the kernel sent it again.
+func (h *holder) start(role string) (took time.Duration, resent uint64) {
 	h.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childRole+"="+role, childImage+"="+h.img, childMountpoint+"="+h.dir)
@@ -165,7 +177,14 @@ func (h *holder) start(role string) time.Duration {
 	if _, serr := fmt.Sscanf(line, "ready %d", &us); err != nil || serr != nil {
 		h.t.Fatalf("server %s did not start: %q, %v", role, line, err)
 	}
-	return time.Duration(us) * time.Microsecond
+	h.readyAt = time.Now()
+	if role == "takeover" {
+		line, err = h.out.ReadString('\n')
+		if _, serr := fmt.Sscanf(line, "resent %d", &resent); err != nil || serr != nil {
+			h.t.Fatalf("server %s: %q, %v", role, line, err)
+		}
+	}
+	return time.Duration(us) * time.Microsecond, resent
 }
 
 // kill ends the server with SIGKILL.

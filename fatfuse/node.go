@@ -31,6 +31,10 @@ type node struct {
 	// lost: after a crash, the state named an entry the volume does not have (a change that was
 	// never written back); its requests fail with EIO rather than reach another file.
 	lost bool
+	// lostChanges: a directory in which such a change was lost; its next FSYNCDIR fails with
+	// EIO, once, so an application that renamed or created before the crash and syncs the
+	// directory after it learns that the change is not there.
+	lostChanges bool
 	// anchor holds the engine's file once its entry went (unlink, rename over it) while the
 	// kernel still knows the inode: FUSE's node lives until the kernel forgets it, and an open
 	// of it (/proc/self/fd/N, or a path walk that found it just before a rename over it) must

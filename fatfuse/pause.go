@@ -3,6 +3,8 @@ package fatfuse
 import (
 	"fmt"
 	"sync"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // gate lets requests into the server until a pause; those that come later wait for ever,
@@ -17,7 +19,11 @@ type gate struct {
 func newGate() gate { return gate{paused: make(chan struct{})} }
 
 // enter lets a request in and returns what it calls when done; after a pause it never returns.
-func (s *Server) enter() (leave func()) {
+// It counts the requests the kernel sent again (h is nil for FORGET, which it never resends).
+func (s *Server) enter(h *fuse.InHeader) (leave func()) {
+	if h != nil && resent(h) {
+		s.resent.Add(1)
+	}
 	g := &s.gate
 	g.mu.RLock()
 	if g.closed {
@@ -34,7 +40,8 @@ func (s *Server) enter() (leave func()) {
 // server need not invalidate the kernel's caches nor report lost writes). Wait returns
 // afterwards; the connection stays alive for the next server. Requests read from then on are
 // left unanswered: the process must end (or at least stop reading the descriptor) before the
-// next server takes over, whose FUSE_NOTIFY_RESEND brings them back.
+// next server takes over, whose FUSE_NOTIFY_RESEND brings them back. The volume is the next
+// server's: do not close it (its close writes), end the process instead.
 func (s *Server) Pause() error {
 	g := &s.gate
 	g.mu.Lock()

@@ -31,16 +31,16 @@ func (r *rawFS) Init(srv *fuse.Server) { r.s.fuse = srv }
 // status turns an errno into go-fuse's status.
 func status(e syscall.Errno) fuse.Status { return fuse.Status(e) }
 
-// unknown answers a request naming a node or handle the server does not have: one a previous
-// server never recorded (it died between answering and recording), or a node that was lost.
-const unknown = fuse.Status(syscall.ESTALE)
+// errUnknownID answers a request naming a node the server does not have, which the kernel can
+// only name if a server answered before it recorded (never done) or its state was not kept.
+const errUnknownID = fuse.Status(syscall.ESTALE)
 
 // dirOf resolves a directory node ID.
 func (r *rawFS) dirOf(id uint64) (*node, fuse.Status) {
 	n := r.s.node(id)
 	switch {
 	case n == nil:
-		return nil, unknown
+		return nil, errUnknownID
 	case !n.isDir:
 		return nil, fuse.Status(syscall.ENOTDIR)
 	}
@@ -48,7 +48,7 @@ func (r *rawFS) dirOf(id uint64) (*node, fuse.Status) {
 }
 
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -60,15 +60,15 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 }
 
 func (r *rawFS) Forget(id, nlookup uint64) {
-	defer r.s.enter()()
+	defer r.s.enter(nil)()
 	r.s.forget(id, nlookup)
 }
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
-		return unknown
+		return errUnknownID
 	}
 	var h *handle
 	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
@@ -78,10 +78,10 @@ func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	if n == nil {
-		return unknown
+		return errUnknownID
 	}
 	var h *handle
 	if fh, ok := in.GetFh(); ok {
@@ -93,7 +93,7 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -102,7 +102,7 @@ func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -111,7 +111,7 @@ func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out
 }
 
 func (r *rawFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -120,7 +120,7 @@ func (r *rawFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fu
 }
 
 func (r *rawFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	n, st := r.dirOf(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -129,7 +129,7 @@ func (r *rawFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fus
 }
 
 func (r *rawFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -138,7 +138,7 @@ func (r *rawFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newNa
 	if !st.Ok() {
 		return st
 	}
-	return status(n.rename(oldName, np, newName, in.Flags, resent(&in.InHeader)))
+	return status(n.rename(oldName, np, newName, in.Flags, in.Unique))
 }
 
 // Link and Symlink fail as on vfat: FAT has neither hard nor symbolic links.
@@ -151,7 +151,7 @@ func (r *rawFS) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name s
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -160,11 +160,11 @@ func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, o
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n := r.s.node(in.NodeId)
 	switch {
 	case n == nil:
-		return unknown
+		return errUnknownID
 	case n.isDir:
 		return fuse.Status(syscall.EISDIR)
 	}
@@ -184,7 +184,7 @@ func (r *rawFS) fileOf(id, fh uint64) (*handle, fuse.Status) {
 }
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return nil, st
@@ -194,7 +194,7 @@ func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.
 }
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return 0, st
@@ -204,7 +204,7 @@ func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (ui
 }
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return fuse.OK // a handle released already
@@ -213,7 +213,7 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (r *rawFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -222,7 +222,7 @@ func (r *rawFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.fileOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -231,14 +231,14 @@ func (r *rawFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Sta
 }
 
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	if h := r.s.dropHandle(in.Fh); h != nil {
 		h.release()
 	}
 }
 
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	n, st := r.dirOf(in.NodeId)
 	if !st.Ok() {
 		return st
@@ -259,7 +259,7 @@ func (r *rawFS) dirHandleOf(id, fh uint64) (*handle, fuse.Status) {
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.dirHandleOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -268,7 +268,7 @@ func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEn
 }
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	h, st := r.dirHandleOf(in.NodeId, in.Fh)
 	if !st.Ok() {
 		return st
@@ -277,18 +277,22 @@ func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.D
 }
 
 func (r *rawFS) ReleaseDir(in *fuse.ReleaseIn) {
-	defer r.s.enter()()
+	defer r.s.enter(&in.InHeader)()
 	if h := r.s.dropHandle(in.Fh); h != nil {
 		h.release()
 	}
 }
 
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer r.s.enter()()
-	return status(r.s.fsyncdir())
+	defer r.s.enter(&in.InHeader)()
+	n, st := r.dirOf(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	return status(n.fsyncdir())
 }
 
 func (r *rawFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	defer r.s.enter()()
+	defer r.s.enter(h)()
 	return status(r.s.statfs(out))
 }

@@ -132,8 +132,20 @@ func (h *handle) readdir(off uint64, plus bool, out *fuse.DirEntryList) syscall.
 	return 0
 }
 
-// fsyncdir writes the volume back.
-func (s *Server) fsyncdir() syscall.Errno {
+// fsyncdir writes the volume back; after a crash that lost a change in directory n, it fails
+// once with EIO instead (node.lostChanges).
+func (n *node) fsyncdir() syscall.Errno {
+	s := n.srv
+	s.mu.Lock()
+	lost := n.lostChanges
+	if lost {
+		n.lostChanges = false
+		s.saveNodeLocked(n)
+	}
+	s.mu.Unlock()
+	if lost {
+		return syscall.EIO
+	}
 	s.settle() // so a removal just before is durable with its clusters freed
 	return s.errno(s.vol.Sync())
 }

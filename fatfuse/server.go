@@ -51,6 +51,7 @@ type Server struct {
 	nextGen uint64
 	handles map[uint64]*handle
 	nextFh  uint64
+	done    []uint64            // renames applied lately (done.go)
 	state   *stateLog           // nil: nothing kept for a takeover
 	fresh   map[*node]time.Time // removed files not forgotten yet, and when they were removed
 	budget  int                 // nodes held at most, about (SetNodeBudget); 0: no bound
@@ -58,6 +59,7 @@ type Server struct {
 
 	gate   gate          // pause.go
 	served chan struct{} // closed when go-fuse's loop ends
+	resent atomic.Uint64 // requests the kernel sent again after a takeover
 }
 
 // Mount serves vol at mountpoint until Unmount, or until it is unmounted from outside (Wait
@@ -247,6 +249,10 @@ func (s *Server) Nodes() int {
 	defer s.mu.Unlock()
 	return len(s.byIno)
 }
+
+// Resent counts the requests the kernel sent again after the server took the connection over:
+// those the previous server had read and not answered.
+func (s *Server) Resent() uint64 { return s.resent.Load() }
 
 // writable refuses changes once the mount went read-only.
 func (s *Server) writable() syscall.Errno {

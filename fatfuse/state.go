@@ -32,22 +32,24 @@ const (
 	stateMaxSize    = 1 << 30 // far beyond any real table; a bound for a hostile file
 	recordHeader    = 12
 	maxNameBytes    = 1024 // a FAT long name is at most 255 UTF-16 units: 765 UTF-8 bytes
-	compactFloor    = 1 << 20
+	compactFloor    = 256 << 10
 )
 
 // Record kinds.
 const (
 	recSettings = 1 // the kernel's INIT: major, minor, max_readahead, flags, flags2
-	recNode     = 2 // ino, gen, parent, pos, lookups, flags (nodeDir, nodeUnlinked), name
+	recNode     = 2 // ino, gen, parent, pos, lookups, flags (nodeDir, nodeUnlinked, nodeLostChanges), name
 	recNodeGone = 3 // ino
 	recHandle   = 4 // fh, ino, open flags, flags (handleDir, handleDirty, handleLostWrites)
 	recReleased = 5 // fh
 	recPaused   = 6 // a planned hand-over: everything was written back
+	recDone     = 7 // the unique number of a rename applied (done.go)
 )
 
 const (
-	nodeDir      = 1
-	nodeUnlinked = 2
+	nodeDir         = 1
+	nodeUnlinked    = 2
+	nodeLostChanges = 4
 
 	handleDir        = 1
 	handleDirty      = 2
@@ -141,6 +143,9 @@ func nodeRecord(c *node) []byte {
 	if c.unlinked {
 		fl |= nodeUnlinked
 	}
+	if c.lostChanges {
+		fl |= nodeLostChanges
+	}
 	b = append(b, fl)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(c.name)))
 	return append(b, c.name...)
@@ -211,6 +216,9 @@ func (s *Server) compactLocked(paused bool) error {
 	for _, h := range s.handles {
 		add(handleRecord(h))
 	}
+	for _, u := range s.done {
+		add(idRecord(recDone, u))
+	}
 	if paused {
 		add([]byte{recPaused})
 	}
@@ -248,13 +256,14 @@ type savedState struct {
 	nodes    map[uint64]*savedNode
 	handles  map[uint64]*savedHandle
 	paused   bool
+	done     []uint64 // the last renames applied, oldest first
 }
 
 type savedNode struct {
-	ino, gen, parent, lookups uint64
-	pos                       int64
-	dir, unlinked             bool
-	name                      string
+	ino, gen, parent, lookups  uint64
+	pos                        int64
+	dir, unlinked, lostChanges bool
+	name                       string
 }
 
 type savedHandle struct {
@@ -344,8 +353,9 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 			return fmt.Errorf("node of %d bytes", len(p))
 		}
 		c := &savedNode{ino: le.Uint64(p), gen: le.Uint64(p[8:]), parent: le.Uint64(p[16:]), pos: int64(le.Uint64(p[24:])),
-			lookups: le.Uint64(p[32:]), dir: p[40]&nodeDir != 0, unlinked: p[40]&nodeUnlinked != 0, name: string(p[43:])}
-		if p[40]&^(nodeDir|nodeUnlinked) != 0 {
+			lookups: le.Uint64(p[32:]), dir: p[40]&nodeDir != 0, unlinked: p[40]&nodeUnlinked != 0, lostChanges: p[40]&nodeLostChanges != 0,
+			name: string(p[43:])}
+		if p[40]&^(nodeDir|nodeUnlinked|nodeLostChanges) != 0 || c.lostChanges && !c.dir {
 			return fmt.Errorf("node %d: flags %#x", c.ino, p[40])
 		}
 		if err := c.check(); err != nil {
@@ -376,6 +386,14 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 			return fmt.Errorf("release of %d bytes", len(p))
 		}
 		delete(st.handles, le.Uint64(p))
+	case recDone:
+		if len(p) != 8 {
+			return fmt.Errorf("done of %d bytes", len(p))
+		}
+		if len(st.done) == doneKept {
+			st.done = st.done[1:]
+		}
+		st.done = append(st.done, le.Uint64(p))
 	case recPaused:
 		if len(p) != 0 {
 			return fmt.Errorf("pause mark of %d bytes", len(p))
@@ -390,7 +408,8 @@ func (st *savedState) apply(p []byte, settings *bool) error {
 // check refuses a node no server could have made.
 func (c *savedNode) check() error {
 	switch {
-	case c.ino <= fuse.FUSE_ROOT_ID:
+	case c.ino <= fuse.FUSE_ROOT_ID || c.ino >= 1<<63:
+		// Positions and synthetic numbers (from 1<<62) lie far below 1<<63.
 		return fmt.Errorf("node %d", c.ino)
 	case c.pos <= 0:
 		return fmt.Errorf("node %d: entry at %d", c.ino, c.pos)

@@ -3,10 +3,12 @@ package fatfuse
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -101,4 +103,82 @@ func TestStateFile(t *testing.T) {
 	f.Close()
 	h.start("takeover")
 	h.unmount()
+}
+
+// TestStateCompaction: a state log that grew through many changes is compacted while the
+// server runs (the log moves), and a server that takes over after a kill from it gives every
+// file the kernel still holds the inode number and bytes it had, a directory renamed with
+// thousands of nodes under it included.
+func TestStateCompaction(t *testing.T) {
+	needTools(t, "mkfs.fat", "fsck.fat")
+	h := hold(t, makeImage(t, 64<<10, "-F", "32"))
+	h.start("serve")
+	logStart := func() int64 {
+		hdr := make([]byte, stateHeaderSize)
+		if _, err := h.state.ReadAt(hdr, 0); err != nil {
+			t.Fatal(err)
+		}
+		return int64(binary.LittleEndian.Uint64(hdr[16:]))
+	}
+	first, moved := logStart(), false
+	const files = 4000
+	if err := os.Mkdir(filepath.Join(h.dir, "many"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]*os.File, 0, 100)
+	for i := range files {
+		name := filepath.Join(h.dir, "many", fmt.Sprintf("file%05d", i))
+		if err := os.WriteFile(name, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if logStart() != first {
+			moved = true
+		}
+		if i%40 == 0 {
+			f, err := os.Open(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, f)
+			defer f.Close()
+		}
+	}
+	if err := os.Rename(filepath.Join(h.dir, "many"), filepath.Join(h.dir, "renamed")); err != nil {
+		t.Fatal(err)
+	}
+	inos := map[string]uint64{}
+	for i := range files {
+		name := filepath.Join(h.dir, "renamed", fmt.Sprintf("file%05d", i))
+		var st syscall.Stat_t
+		if err := syscall.Stat(name, &st); err != nil {
+			t.Fatal(err)
+		}
+		inos[name] = st.Ino
+	}
+	d, err := os.Open(filepath.Join(h.dir, "renamed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Sync() // the rename and the files on the medium
+	d.Close()
+	if !moved {
+		t.Fatalf("the state log never moved: not compacted")
+	}
+	h.kill()
+	h.start("takeover")
+	for name, ino := range inos {
+		var st syscall.Stat_t
+		if err := syscall.Stat(name, &st); err != nil || st.Ino != ino {
+			t.Fatalf("%s: inode %d, %v; was %d", name, st.Ino, err, ino)
+		}
+	}
+	for _, f := range held {
+		b, err := io.ReadAll(f)
+		if err != nil || !strings.HasSuffix(string(b), filepath.Base(f.Name())) {
+			t.Fatalf("%s held open: %q, %v", f.Name(), b, err)
+		}
+		f.Close()
+	}
+	h.unmount()
+	fsckClean(t, h.img)
 }

@@ -56,7 +56,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 	defer s.mu.Unlock()
 	for _, sn := range st.nodes {
 		c := &node{srv: s, ino: sn.ino, gen: sn.gen, isDir: sn.dir, name: sn.name, pos: sn.pos,
-			lookups: sn.lookups, unlinked: sn.unlinked, subdirs: -1}
+			lookups: sn.lookups, unlinked: sn.unlinked, lostChanges: sn.lostChanges, subdirs: -1}
 		s.byIno[c.ino] = c
 		if !c.unlinked {
 			s.byPos[c.pos] = c
@@ -73,6 +73,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 		s.handles[h.fh] = h
 		s.nextFh = max(s.nextFh, h.fh)
 	}
+	s.done = st.done
 	if st.paused {
 		return nil
 	}
@@ -81,15 +82,7 @@ func (s *Server) rebuild(st *savedState) []*node {
 		if c == s.root || c.unlinked {
 			continue
 		}
-		p, ok := c.pathLocked()
-		var fi interface{ IsDir() bool }
-		var attr *fatvol.Attr
-		if ok {
-			if got, err := s.vol.Stat(p); err == nil {
-				fi, attr = got, got.Sys().(*fatvol.Attr)
-			}
-		}
-		if fi == nil || attr.Pos != c.pos || fi.IsDir() != c.isDir {
+		if !s.foundLocked(c) {
 			lost = append(lost, c)
 		}
 	}
@@ -99,7 +92,23 @@ func (s *Server) rebuild(st *savedState) []*node {
 			delete(s.byPos, c.pos)
 		}
 	}
+	for _, c := range lost {
+		if p := c.parent; p != nil && !p.lost {
+			p.lostChanges = true
+		}
+	}
 	return lost
+}
+
+// foundLocked tells whether node c's entry is on the volume where the state says: its path
+// leads to an entry of its kind at its position.
+func (s *Server) foundLocked(c *node) bool {
+	p, ok := c.pathLocked()
+	if !ok {
+		return false
+	}
+	fi, err := s.vol.Stat(p)
+	return err == nil && fi.Sys().(*fatvol.Attr).Pos == c.pos && fi.IsDir() == c.isDir
 }
 
 // attach starts go-fuse on the live descriptor fd. go-fuse reads INIT before anything else, and

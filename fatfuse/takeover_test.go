@@ -64,6 +64,7 @@ type appLoad struct {
 
 	dsynced, fsynced, renamed, reads atomic.Int64
 	fsyncEIO, bulkEIO, bulkWrites    atomic.Int64
+	renameEIO                        atomic.Int64
 }
 
 func startAppLoad(t *testing.T, dir string) *appLoad {
@@ -198,9 +199,15 @@ func (w *appLoad) reader() {
 
 func (w *appLoad) renamer() {
 	d := filepath.Join(w.dir, "d")
-	for i := 0; !w.stopped(); i++ {
+	for i := 0; !w.stopped(); {
 		from, to := filepath.Join(d, fmt.Sprintf("f%05d", i)), filepath.Join(d, fmt.Sprintf("g%05d", i))
 		err := w.p.op("create+rename", func() error {
+			// A step an EIO cut short is done again from its start.
+			for _, name := range []string{from, to} {
+				if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
 			f, err := os.OpenFile(from, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_DSYNC, 0o644)
 			if err != nil {
 				return err
@@ -222,11 +229,16 @@ func (w *appLoad) renamer() {
 			defer dir.Close()
 			return dir.Sync()
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.EIO):
+			w.renameEIO.Add(1)
+		case err != nil:
 			w.t.Errorf("file %d: %v", i, err)
 			return
+		default:
+			i++
+			w.renamed.Store(int64(i))
 		}
-		w.renamed.Store(int64(i + 1))
 	}
 }
 
@@ -266,10 +278,12 @@ func (w *appLoad) check() {
 
 // TestTakeOver: a server process is killed twice with SIGKILL under an application's steady
 // load, and a new one takes the live connection over each time; then a planned hand-over. The
-// readers, the O_DSYNC appender and the file creator see no error; every acknowledged record is
-// there byte for byte and every rename resolves; the writer that never fsyncs gets EIO once per
-// crash and never at the hand-over; the fsyncing writer gets EIO at most once per crash (only
-// when the kill fell between a write and its fsync); fsck.fat finds the volume clean.
+// reader and the O_DSYNC appender see no error; every acknowledged record is there byte for byte
+// and every rename synced resolves; the writer that never fsyncs gets EIO once per crash and
+// never at the hand-over; the fsyncing writer gets EIO at most once per crash (only when the
+// kill fell between a write and its fsync), the creator at most twice (a create or rename the
+// crash lost: at the write to the file, at the directory's fsync); some requests were in flight
+// at the kills and came again; fsck.fat finds the volume clean.
 func TestTakeOver(t *testing.T) {
 	needTools(t, "mkfs.fat", "fsck.fat")
 	h := hold(t, makeImage(t, 64<<10, "-F", "32"))
@@ -277,13 +291,20 @@ func TestTakeOver(t *testing.T) {
 	w := startAppLoad(t, h.dir)
 	const run = 1500 * time.Millisecond
 	const crashes = 2
-	var takeovers []time.Duration
+	var takeovers, gaps []time.Duration
+	var resent []uint64
+	takeOver := func(since time.Time) {
+		took, n := h.start("takeover")
+		takeovers, resent = append(takeovers, took), append(resent, n)
+		gaps = append(gaps, h.readyAt.Sub(since))
+	}
 	for range crashes {
 		time.Sleep(run)
 		writes := w.bulkWrites.Load()
 		w.p.phase.Add(1)
+		killed := time.Now()
 		h.kill()
-		takeovers = append(takeovers, h.start("takeover"))
+		takeOver(killed)
 		if writes == 0 {
 			t.Fatal("no bulk write before the kill")
 		}
@@ -291,8 +312,9 @@ func TestTakeOver(t *testing.T) {
 	time.Sleep(run)
 	w.p.phase.Add(1)
 	eioBefore := w.bulkEIO.Load()
+	paused := time.Now()
 	h.pause()
-	takeovers = append(takeovers, h.start("takeover"))
+	takeOver(paused)
 	time.Sleep(run)
 	w.finish()
 	if t.Failed() {
@@ -302,18 +324,27 @@ func TestTakeOver(t *testing.T) {
 	if got := w.bulkEIO.Load(); got != crashes || eioBefore != crashes {
 		t.Errorf("the writer that never fsyncs got EIO %d times (%d before the hand-over); want once per crash, %d", got, eioBefore, crashes)
 	}
+	if resent[0]+resent[1] == 0 {
+		t.Errorf("no request in flight at either kill: the kernel sent none again")
+	}
+	// A create or rename the crash lost fails the write to the file or the directory's fsync.
+	if got := w.renameEIO.Load(); got > 2*crashes {
+		t.Errorf("the creator got EIO %d times in %d crashes", got, crashes)
+	}
 	if got := w.fsyncEIO.Load(); got > crashes {
 		t.Errorf("the fsyncing writer got EIO %d times in %d crashes", got, crashes)
 	}
-	t.Logf("acknowledged: %d O_DSYNC records, %d fsynced records (%d EIO), %d renamed files, %d checked reads of 4 MiB",
-		w.dsynced.Load(), w.fsynced.Load(), w.fsyncEIO.Load(), w.renamed.Load(), w.reads.Load())
+	t.Logf("acknowledged: %d O_DSYNC records, %d fsynced records (%d EIO), %d renamed files (%d EIO), %d checked reads of 4 MiB",
+		w.dsynced.Load(), w.fsynced.Load(), w.fsyncEIO.Load(), w.renamed.Load(), w.renameEIO.Load(), w.reads.Load())
 	for ph := int32(0); ph <= w.p.phase.Load(); ph++ {
 		what := "before any kill"
 		switch {
 		case ph > 0 && ph <= crashes:
-			what = fmt.Sprintf("SIGKILL %d (TakeOver took %v)", ph, takeovers[ph-1])
+			what = fmt.Sprintf("SIGKILL %d (serving again %v after it, TakeOver %v, %d requests resent)",
+				ph, gaps[ph-1].Round(time.Millisecond), takeovers[ph-1], resent[ph-1])
 		case ph > crashes:
-			what = fmt.Sprintf("Pause, exit (TakeOver took %v)", takeovers[ph-1])
+			what = fmt.Sprintf("Pause (serving again %v after it, TakeOver %v, %d requests resent)",
+				gaps[ph-1].Round(time.Millisecond), takeovers[ph-1], resent[ph-1])
 		}
 		line := "longest operation, " + what + ":"
 		for _, worker := range []string{"O_DSYNC append", "write+fsync", "create+rename", "read 4 MiB"} {
