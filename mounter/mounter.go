@@ -390,15 +390,24 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct, state *
 	done := s.done
 	go func() {
 		srv.Wait()
-		err := vol.Close()
-		if err != nil {
-			s.log.Error("writing back at the end of the session", "volume", req.Volume, "error", err)
-		} else {
-			s.log.Info("session ended; volume written back and closed", "volume", req.Volume)
+		s.mu.Lock()
+		handing := s.handing
+		s.mu.Unlock()
+		var err error
+		switch {
+		case handing:
+			// Paused with everything written back: the volume is the next server's as it
+			// stands (its close would write), and this process ends.
+			s.log.Info("session handed over; the volume is left to the next server", "volume", req.Volume)
+		default:
+			if err = vol.Close(); err != nil {
+				s.log.Error("writing back at the end of the session", "volume", req.Volume, "error", err)
+			} else {
+				s.log.Info("session ended; volume written back and closed", "volume", req.Volume)
+			}
 		}
 		s.mu.Lock()
 		s.closeErr = err
-		handing := s.handing
 		s.held.close()
 		s.mu.Unlock()
 		close(done)

@@ -84,8 +84,8 @@ func (s *Server) sendDescriptors(c *net.UnixConn) error {
 const handOverWait = time.Minute
 
 // handOver ends a planned hand-over: the server stops (answering what it read, writing back,
-// completing the state), the volume is closed (marked clean), and the mounter answers and exits,
-// leaving the live connection to the plugin's copy and the next mounter.
+// completing the state), and the mounter answers and exits, leaving the live connection to the
+// plugin's copy and the volume, as it stands, to the next mounter (which checks it first).
 func (s *Server) handOver() *protocol.Response {
 	s.mu.Lock()
 	srv, done, state := s.srv, s.done, s.held.state

@@ -72,9 +72,10 @@ const (
 	// A mounter older than it answers it as unknown, and is then not held.
 	OpDescriptors = "descriptors"
 	// OpHandOver ends a planned hand-over: the mounter stops serving (every request answered,
-	// everything written back, the state descriptor complete), closes the volume, answers and
-	// exits. The FUSE connection lives on in the plugin's copy, for a new mounter to take over
-	// (ServeArgs.Resume). A mounter that was not given a state descriptor refuses it.
+	// everything written back, the state descriptor complete), answers and exits, leaving the
+	// volume as it stands (its close would write) and the FUSE connection, alive in the plugin's
+	// copy, to a new mounter that takes it over (ServeArgs.Resume). A mounter that was not given a
+	// state descriptor refuses it.
 	OpHandOver = "hand-over"
 	// OpBuild answers the mounter's build (Response.Build: its version), so that a plugin of
 	// another version can hand its volume over to a mounter of its own. A mounter older than it
