@@ -35,6 +35,10 @@ const (
 	lostReport = 10 * time.Minute
 	// lockWait bounds how long a restaging waits for another operation on the volume.
 	lockWait = 30 * time.Second
+	// takeoverCheckLimit bounds the check before a takeover (below the staging's
+	// CheckTimeout): applications wait meanwhile, and the checker reads a million files in
+	// seconds, so a check of a volume served moments before that takes longer is a failed try.
+	takeoverCheckLimit = 2 * time.Minute
 )
 
 // supervise waits for the held volume's mounter to end and has a new one take its connection
@@ -69,14 +73,15 @@ func (m *Manager) supervise(sv *servedVolume) {
 // too many ended lately; it tells whether it gave up. The caller holds sv.takeover.
 func (m *Manager) replace(sv *servedVolume, dead *mounters.Mounter) (givenUp bool) {
 	why := ""
-	for {
-		if n := sv.ended(); n > takeoverEnds {
+	for tries := 0; ; tries++ {
+		// Tries in a row count too: tries slower than the window would never add up in it.
+		if n := sv.ended(); n > takeoverEnds || tries >= takeoverEnds {
 			// How the first one ended is known by now (a pod's status is read meanwhile).
 			death := dead.EndedWhy()
 			if death == "" {
 				death = fmt.Sprintf("its mounter (%s) ended", dead)
 			}
-			m.giveUp(sv, fmt.Sprintf("gave up the volume's FUSE connection: %s, and its mounters ended %d times within %v (the last: %s); what was open on the mount failed, and the volume is served afresh", death, n, takeoverWindow, why))
+			m.giveUp(sv, fmt.Sprintf("gave up the volume's FUSE connection: %s; its mounters ended %d times within %v and %d tries in a row to take the connection over failed (the last: %s); what was open on the mount failed, and the volume is served afresh", death, n, takeoverWindow, tries, why))
 			return true
 		}
 		start := time.Now()
@@ -136,7 +141,7 @@ func (m *Manager) resume(sv *servedVolume, p *mounters.Mounter, rec volume.Recor
 		}
 		return err
 	}
-	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: m.checkArgs(rec, st.ReadOnly)}, m.cfg.Mounter.CheckLimit(), int(h.Device.Fd()))
+	resp, err := p.Call(&protocol.Request{Op: protocol.OpCheck, Check: m.checkArgs(rec, st.ReadOnly)}, min(m.cfg.Mounter.CheckLimit(), takeoverCheckLimit), int(h.Device.Fd()))
 	if err != nil {
 		return fmt.Errorf("volume %s: checking the file system before the takeover: %w", rec.ID, ended(err))
 	}
