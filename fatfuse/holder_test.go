@@ -41,7 +41,9 @@ func TestMain(m *testing.M) {
 // kernel sent it again: those come at once.
 const resentWait = 300 * time.Millisecond
 
-// serverChild serves the connection on descriptor 3 with the state on 4, says "ready <µs>" on
+// serverChild serves the connection on descriptor 3 with the state on 4 and the image, claimed
+// by the holder, on 5 (so that a server killed while a thread of it waits in the kernel on the
+// connection does not keep the next one from the image), says "ready <µs>" on
 // its standard output (the time TakeOver or ServeConnection took) and, after a takeover,
 // "resent <n>" a moment later; it pauses at SIGTERM and then says "paused" and ends without
 // closing the volume, which is the next server's.
@@ -57,18 +59,17 @@ func serverChild(role string) int {
 	if err != nil {
 		return fail(err)
 	}
+	dev, err := blockdev.FromFile(os.NewFile(5, img), img, blockdev.Exclusive)
+	if err != nil {
+		return fail(err)
+	}
 	if role == "takeover" {
 		// As a mounter does before serving: the open-time check and repair.
-		dev, err := blockdev.Open(img, false)
-		if err != nil {
-			return fail(err)
-		}
 		if _, err := fsck.Repair(dev); err != nil {
 			return fail(err)
 		}
-		dev.Close()
 	}
-	vol, err := fatvol.OpenImage(img, VolumeOptions(opts))
+	vol, err := fatvol.Open(dev, VolumeOptions(opts))
 	if err != nil {
 		return fail(err)
 	}
@@ -117,6 +118,7 @@ type holder struct {
 	dir   string
 	fuse  *os.File
 	state *os.File
+	dev   *blockdev.File // the image, claimed by the holder as the node plugin claims devices
 	srv   *exec.Cmd
 	out   *bufio.Reader
 	// readyAt is when the last server started said it serves.
@@ -138,12 +140,20 @@ func hold(t *testing.T, img string) *holder {
 		f.Close()
 		t.Fatalf("mount fuse at %s: %v", h.dir, err)
 	}
+	conn := connectionOf(t, h.dir)
+	if h.dev, err = blockdev.Open(img, false); err != nil {
+		t.Fatal(err)
+	}
 	fd, err := unix.MemfdCreate("fatfuse-state", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.state = os.NewFile(uintptr(fd), "fatfuse-state")
 	t.Cleanup(func() {
+		// A test that failed with no server, or one that left requests a dead server had read,
+		// would leave the application's requests waiting for ever, and this process with them:
+		// the connection is aborted (after a clean unmount it is gone already).
+		os.WriteFile(conn+"/abort", []byte("1"), 0)
 		unix.Unmount(h.dir, unix.MNT_DETACH)
 		if h.srv != nil {
 			h.srv.Process.Kill()
@@ -151,8 +161,29 @@ func hold(t *testing.T, img string) *holder {
 		}
 		h.fuse.Close()
 		h.state.Close()
+		h.dev.Close()
 	})
 	return h
+}
+
+// connectionOf names the FUSE connection mounted at dir in /sys/fs/fuse/connections: its
+// number is the mount's device minor, read from the mount table (a stat would wait for a server).
+func connectionOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				return "/sys/fs/fuse/connections/" + minor
+			}
+		}
+	}
+	t.Fatalf("%s is not in the mount table", dir)
+	return ""
 }
 
 // start runs a server process in role and waits until it serves; it returns how long the
@@ -162,7 +193,7 @@ func (h *holder) start(role string) (took time.Duration, resent uint64) {
 	h.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childRole+"="+role, childImage+"="+h.img, childMountpoint+"="+h.dir)
-	cmd.ExtraFiles = []*os.File{h.fuse, h.state}
+	cmd.ExtraFiles = []*os.File{h.fuse, h.state, h.dev.OSFile()}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -187,11 +218,13 @@ func (h *holder) start(role string) (took time.Duration, resent uint64) {
 	return time.Duration(us) * time.Microsecond, resent
 }
 
-// kill ends the server with SIGKILL.
+// kill ends the server with SIGKILL, and does not wait for its end: a thread of it may wait in
+// the kernel on the connection (dropping pages a read in flight holds), which the next server's
+// answers release.
 func (h *holder) kill() {
 	h.t.Helper()
 	h.srv.Process.Kill()
-	h.srv.Wait()
+	go h.srv.Wait()
 	h.srv = nil
 }
 

@@ -94,9 +94,16 @@ func (w *appLoad) stopped() bool {
 	}
 }
 
+// finish stops the workers; one that does not stop hangs on a request nobody answers.
 func (w *appLoad) finish() {
 	close(w.stop)
-	w.wg.Wait()
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		w.t.Fatal("the application hangs: a request is never answered")
+	}
 }
 
 func (w *appLoad) dsyncAppender() {
