@@ -34,6 +34,9 @@ func (l *Launcher) Adopt(rec volume.Record, st *volume.StageRecord) (*Mounter, *
 	if err := p.watch(); err != nil {
 		return nil, nil, err
 	}
+	if p.pod == nil {
+		p.watchExit()
+	}
 	klog.InfoS("adopted mounter", "volume", rec.ID, "mounter", p.String(), "path", st.Path)
 	return p, s, nil
 }

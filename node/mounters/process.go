@@ -97,6 +97,7 @@ func (l *Launcher) spawn(rec volume.Record, next bool) (*Mounter, error) {
 		p.Kill()
 		return nil, err
 	}
+	p.watchExit()
 	klog.InfoS("started mounter", "volume", rec.ID, "pid", p.pid, "socket", socket, "uid", cmd.SysProcAttr.Credential.Uid)
 	return p, nil
 }
