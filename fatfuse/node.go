@@ -181,6 +181,7 @@ func (s *Server) forget(id, n uint64) {
 	}
 	delete(s.byIno, c.ino)
 	s.saveGoneLocked(c.ino)
+	s.tidyLocked()
 	a := c.anchor
 	c.anchor = nil
 	s.mu.Unlock()
@@ -227,7 +228,38 @@ func (s *Server) removedLocked(pos int64, anchor *fatvol.File) (stale []alias, u
 	}
 	delete(s.byPos, pos)
 	s.saveNodeLocked(c)
+	s.tidyLocked()
 	return s.takeAliasesLocked(c), unused
+}
+
+// Go maps never give back the room their deleted entries took: a table keeps the size of the
+// most nodes it ever held (a fast walk runs ahead of the pruner), and one that keeps taking new
+// keys as it loses old ones grows further, since a part of it filled with deleted slots splits
+// in two rather than reuse them. Under a node budget a walk makes and forgets a node for every
+// file it visits, each with a new inode number and position, so the tables would follow the
+// files walked, not the nodes held. They are copied afresh whenever as many entries went since
+// the last copy as they hold (at least tidyFloor): about one insertion more per deletion.
+const tidyFloor = 4096
+
+// tidyLocked counts a deletion from byPos or byIno and copies the tables when they are due; the
+// caller holds s.mu and iterates over neither.
+func (s *Server) tidyLocked() {
+	s.dropped++
+	if s.dropped < max(tidyFloor, len(s.byIno)) {
+		return
+	}
+	s.dropped = 0
+	s.byIno = copyTable(s.byIno)
+	s.byPos = copyTable(s.byPos)
+}
+
+// copyTable is a new map holding what m holds, sized for it alone.
+func copyTable[K comparable](m map[K]*node) map[K]*node {
+	c := make(map[K]*node, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // forgetWait bounds how long statfs and an allocation that ran out of space wait for the kernel
@@ -313,6 +345,7 @@ func (s *Server) movedLocked(c *node, parent *node, name string, pos int64) {
 	c.parent, c.name, c.pos, c.unlinked = parent, name, pos, false
 	s.byPos[pos] = c
 	s.saveNodeLocked(c)
+	s.tidyLocked()
 }
 
 // addAlias remembers that the kernel now caches name in dir for c.

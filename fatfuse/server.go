@@ -47,6 +47,7 @@ type Server struct {
 	mu      sync.Mutex // guards the tables, every node's place (parent, name, pos) and the state
 	byPos   map[int64]*node
 	byIno   map[uint64]*node
+	dropped int // deletions from byPos and byIno since they were last copied (tidyLocked)
 	nextIno uint64
 	nextGen uint64
 	handles map[uint64]*handle
