@@ -54,7 +54,7 @@ func (n *node) pos() int64 {
 	if n.isRoot() {
 		return 0
 	}
-	return n.parent.dir.devOffset(n.off)
+	return n.parent.entryOffset(n.off)
 }
 
 // extents returns the node's cluster chain, reading it the first time.
@@ -177,7 +177,7 @@ func (n *node) grow(count uint32) ([]extent, error) {
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
-		n.vol.claims[got[0].start] = claimantOf(n)
+		n.vol.setClaim(n, got[0].start)
 	}
 	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {
