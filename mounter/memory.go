@@ -64,6 +64,15 @@ func checkMemory(bound int64) int64 {
 	return goMemoryLimit(bound, 0) / 4 * 3
 }
 
+// HoldServing holds this process, about to serve a volume whose engine may hold cache bytes of
+// page buffers, to bound bytes as a mounter is held: it sets the Go runtime's limit, and returns
+// the FUSE server's node budget and the engine's directory cache for that bound (0 and 0 for no
+// bound). csi-fat mount -memory-limit uses it to serve as a mounter pod would.
+func HoldServing(bound, cache int64) (nodes int, dirCache int64) {
+	holdMemory(bound, cache)
+	return nodeBudget(bound, cache), dirCacheBytes(bound, cache)
+}
+
 // holdMemory sets the Go runtime's limit for bound (nothing for 0).
 func holdMemory(bound, cache int64) {
 	if bound > 0 {
