@@ -41,7 +41,7 @@ func (v *Volume) noteDamage(err error) error {
 
 // claimant is the entry whose chain holds a cluster: the directory it is in and its offset
 // there (nil and -1 for the root). It names the entry, not its node, so that claims do not keep
-// the nodes of closed files in memory; directories stay loaded anyway.
+// the nodes of closed files in memory; a directory's claims go when it leaves memory.
 type claimant struct {
 	parent *node
 	off    int

@@ -82,8 +82,8 @@ func (n *node) loadDir() (*dirContent, error) {
 }
 
 // readDirChain reads a directory's chain and claims its clusters: a directory that loops back to
-// an ancestor or shares clusters with another directory is corrupt, so that every directory is
-// read at most once and their memory stays within the device's size.
+// an ancestor or shares clusters with another directory in memory is corrupt, so that a walk
+// never loops (ancestors stay in memory while a directory below them is: dircache.go).
 func (n *node) readDirChain() ([]extent, error) {
 	v := n.vol
 	if n.firstCluster() == 0 {

@@ -10,7 +10,8 @@ import (
 
 // node is a file or directory the engine has in memory: its short directory entry, its cluster
 // chain as extents, and for directories their content. A node stays loaded while it is open, and
-// directories stay loaded once read, so that every path to the same entry meets the same node.
+// a directory while anything below it is loaded or it is needed otherwise (dircache.go), so that
+// every path to the same entry meets the same node.
 type node struct {
 	vol    *Volume
 	parent *node // nil for the root
