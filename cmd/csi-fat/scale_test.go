@@ -22,7 +22,7 @@ import (
 // (160Mi) plus the volume's cacheSize (64Mi).
 const scalePodLimit = (160 + 64) << 20
 
-// TestScale serves a volume of many files (CSI_FAT_SCALE_FILES, 200,000 by default, in
+// TestScale serves a volume of many files (CSI_FAT_SCALE_FILES, 300,000 by default, in
 // directories of 300) with `csi-fat mount` held to a mounter pod's default figures: the Go
 // runtime's limit, the node budget and the directory cache from -memory-limit, and a memory
 // cgroup at the pod's limit. It creates every file through the mount, then a fresh mount walks,
@@ -34,7 +34,7 @@ func TestScale(t *testing.T) {
 	if os.Getenv("CSI_FAT_SCALE") == "" {
 		testenv.Separate(t, "the scale test runs in a stage of its own: CSI_FAT_SCALE=1 go test -count=1 -run '^TestScale$' ./cmd/csi-fat/ (.ci/run)")
 	}
-	files := 200000
+	files := 300000
 	if s := os.Getenv("CSI_FAT_SCALE_FILES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1000 {
