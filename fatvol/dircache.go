@@ -33,7 +33,7 @@ type dirCache struct {
 	count          int
 }
 
-// cost is what the directory holds in memory, about.
+// memoryCost is what the directory holds in memory, about.
 func (d *dirContent) memoryCost() int64 {
 	return dirBaseBytes + int64(cap(d.buf)) + int64(len(d.slots))*dirEntryBytes + int64(cap(d.claimed))*4
 }
