@@ -90,7 +90,7 @@ const trimScan = 64
 // Only at the end of an operation: none of the operation's pointers may outlive it.
 func (v *Volume) trimDirs() {
 	c := &v.dirs
-	for seen := 0; c.bytes > v.opts.DirCacheBytes && seen < trimScan && c.oldest != nil; seen++ {
+	for seen, look := 0, min(trimScan, c.count); c.bytes > v.opts.DirCacheBytes && seen < look && c.oldest != nil; seen++ {
 		d := c.oldest
 		if !v.dirDroppable(d) {
 			c.used(d)
