@@ -1,5 +1,7 @@
 package fatvol
 
+import "time"
+
 // The directories in memory. A directory read stays in memory while something needs it and,
 // beyond that, while the directories held fit in Options.DirCacheBytes: at the end of an
 // operation past the bound, those nothing needs go, least recently used first, and are read
@@ -177,6 +179,12 @@ func (v *Volume) DirCache() DirCache {
 func (v *Volume) endOp() {
 	if v.dirs.bytes > v.opts.DirCacheBytes {
 		v.trimDirs()
+	}
+	if v.dirs.bytes > 2*v.opts.DirCacheBytes && len(v.dirtyDirs) > 0 && v.flusher != nil {
+		// What holds the directories past their bound waits to be written back (many written
+		// at once): the background writer writes everything at its next tick rather than
+		// after DirtyExpire, and they can go.
+		v.dirtySince = time.Now().Add(-v.opts.DirtyExpire)
 	}
 	v.mu.Unlock()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/csi-fat/csi-fat/fatvol"
 )
@@ -295,4 +296,44 @@ func TestDirCacheEntryBytes(t *testing.T) {
 		t.Errorf("a directory holds %d bytes a file beside its raw bytes; the cache counts 320", perEntry)
 	}
 	runtime.KeepAlive(v)
+}
+
+// TestDirCacheWhileCreating: directories being filled cannot go before they are written back.
+// Past twice the bound, the background writer writes them back at its next tick (a sixth of
+// DirtyExpire here) rather than once DirtyExpire has passed, and they go.
+func TestDirCacheWhileCreating(t *testing.T) {
+	const dirs, files, bound = 100, 50, 64 << 10
+	expire := 30 * time.Second
+	img := makeImage(t, fat32)
+	v := openVolumeWith(t, img, fatvol.Options{DirCacheBytes: bound, DirtyExpire: expire})
+	for d := range dirs {
+		dir := fmt.Sprintf("directory-%03d", d)
+		if err := v.Mkdir(dir); err != nil {
+			t.Fatal(err)
+		}
+		for f := range files {
+			f, err := v.Create(fmt.Sprintf("%s/a file with a long name %03d.txt", dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	held := v.DirCache()
+	if held.Bytes <= 2*bound {
+		t.Fatalf("%d bytes of directories held right after creating them: the test needs them dirty", held.Bytes)
+	}
+	start := time.Now()
+	for v.DirCache().Bytes > 2*bound {
+		if time.Since(start) > expire/2 {
+			t.Fatalf("%d directories of %d bytes still held after %v (bound %d)", v.DirCache().Dirs, v.DirCache().Bytes, time.Since(start), bound)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, err := v.Stat("directory-000"); err != nil { // an operation: its end trims
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d bytes of directories held after the creates, %d after %v", held.Bytes, v.DirCache().Bytes, time.Since(start).Round(time.Millisecond))
+	closeVolume(t, v)
+	checkClean(t, img)
 }
