@@ -41,7 +41,7 @@ func (v *Volume) noteDamage(err error) error {
 
 // claimant is the entry whose chain holds a cluster: the directory it is in and its offset
 // there (nil and -1 for the root). It names the entry, not its node, so that claims do not keep
-// the nodes of closed files in memory; directories stay loaded anyway.
+// the nodes of closed files in memory; a directory's claims go when it leaves memory.
 type claimant struct {
 	parent *node
 	off    int
@@ -70,8 +70,25 @@ func (v *Volume) claim(n *node, c uint32) error {
 	case v.fat.isFresh(c) && !ok:
 		return fmt.Errorf("%w: %s points at cluster %d, which was free (a dangling entry)", ErrCorrupt, n.path(), c)
 	}
-	v.claims[c] = me
+	if !ok || owner != me {
+		v.setClaim(n, c)
+	}
 	return nil
+}
+
+// setClaim records that n's entry holds c, and lists c with the directory the entry is in, so
+// that the claim goes when the directory leaves memory (dircache.go). An entry whose directory
+// is no longer in memory (a removed file still open) claims nothing: no claim of it could be
+// checked.
+func (v *Volume) setClaim(n *node, c uint32) {
+	if n.parent != nil {
+		d := n.parent.dir
+		if d == nil {
+			return
+		}
+		d.claimed = append(d.claimed, c)
+	}
+	v.claims[c] = claimantOf(n)
 }
 
 // claimHolds tells whether the claimant's entry is still in place and still holds c: starts at

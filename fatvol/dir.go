@@ -28,6 +28,12 @@ type dirContent struct {
 	holeHint int           // no deleted entry lies before this offset
 	labelOff int           // root only: the volume-label entry, -1 when none
 	dotOff   int           // offset of the '..' entry, -1 when none
+	// claimed are the clusters its entries claimed (damage.go), which go with it (dircache.go).
+	claimed []uint32
+	// Its place among the directories in memory, and what it held when last counted.
+	newer, older *dirContent
+	listed       bool
+	cost         int64
 }
 
 type slot struct {
@@ -38,6 +44,7 @@ type slot struct {
 // loadDir reads a directory's content and indexes it, once.
 func (n *node) loadDir() (*dirContent, error) {
 	if n.dir != nil {
+		n.vol.dirs.used(n.dir)
 		return n.dir, nil
 	}
 	if !n.isDir() {
@@ -70,12 +77,13 @@ func (n *node) loadDir() (*dirContent, error) {
 	d := &dirContent{n: n, buf: buf, dirty: make([]bool, len(buf)/v.geo.SectorSize), fresh: make([]bool, len(buf)/v.geo.SectorSize)}
 	d.index()
 	n.dir = d
+	v.dirs.used(d)
 	return d, nil
 }
 
 // readDirChain reads a directory's chain and claims its clusters: a directory that loops back to
-// an ancestor or shares clusters with another directory is corrupt, so that every directory is
-// read at most once and their memory stays within the device's size.
+// an ancestor or shares clusters with another directory in memory is corrupt, so that a walk
+// never loops (ancestors stay in memory while a directory below them is: dircache.go).
 func (n *node) readDirChain() ([]extent, error) {
 	v := n.vol
 	if n.firstCluster() == 0 {
@@ -429,12 +437,16 @@ func (d *dirContent) grow(extra int) error {
 func (d *dirContent) isEmpty() bool { return len(d.slots) == 0 }
 
 // devOffset maps an offset in the content to the device.
-func (d *dirContent) devOffset(off int) int64 {
-	v := d.n.vol
-	if d.n.isRoot() && v.geo.Type != ondisk.FAT32 {
+func (d *dirContent) devOffset(off int) int64 { return d.n.entryOffset(off) }
+
+// entryOffset is where the byte at off of the directory n lives on the device. It needs only
+// n's chain, which a removed file's old parent keeps when its content leaves memory.
+func (n *node) entryOffset(off int) int64 {
+	v := n.vol
+	if n.isRoot() && v.geo.Type != ondisk.FAT32 {
 		return v.geo.RootDirSector*int64(v.geo.SectorSize) + int64(off)
 	}
-	r := d.n.devRanges(int64(off), 1)
+	r := n.devRanges(int64(off), 1)
 	if len(r) == 0 {
 		return -1
 	}

@@ -224,7 +224,7 @@ func (f *File) Sync() error {
 // Close releases the handle. The last close of a removed file frees its clusters.
 func (f *File) Close() error {
 	f.v.mu.Lock()
-	defer f.v.mu.Unlock()
+	defer f.v.endOp()
 	if f.closed {
 		return pathErr("close", f.name, errFileClosed)
 	}
@@ -285,7 +285,7 @@ func (f *File) Reopen(flag int) (*File, error) {
 // most count entries and io.EOF at the end, with count <= 0 all that are left.
 func (f *File) ReadDir(count int) ([]fs.DirEntry, error) {
 	f.v.mu.Lock()
-	defer f.v.mu.Unlock()
+	defer f.v.endOp()
 	if err := f.check("readdir", false); err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (v *Volume) Open(name string) (fs.File, error) {
 // Stat describes name, as fs.StatFS.
 func (v *Volume) Stat(name string) (fs.FileInfo, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.usable(); err != nil {
 		return nil, pathErr("stat", name, err)
 	}
@@ -46,7 +46,7 @@ func (v *Volume) Stat(name string) (fs.FileInfo, error) {
 // ReadDir lists a directory sorted by name, as fs.ReadDirFS.
 func (v *Volume) ReadDir(name string) ([]fs.DirEntry, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.usable(); err != nil {
 		return nil, pathErr("readdir", name, err)
 	}

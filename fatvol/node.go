@@ -10,7 +10,8 @@ import (
 
 // node is a file or directory the engine has in memory: its short directory entry, its cluster
 // chain as extents, and for directories their content. A node stays loaded while it is open, and
-// directories stay loaded once read, so that every path to the same entry meets the same node.
+// a directory while anything below it is loaded or it is needed otherwise (dircache.go), so that
+// every path to the same entry meets the same node.
 type node struct {
 	vol    *Volume
 	parent *node // nil for the root
@@ -54,7 +55,7 @@ func (n *node) pos() int64 {
 	if n.isRoot() {
 		return 0
 	}
-	return n.parent.dir.devOffset(n.off)
+	return n.parent.entryOffset(n.off)
 }
 
 // extents returns the node's cluster chain, reading it the first time.
@@ -177,7 +178,7 @@ func (n *node) grow(count uint32) ([]extent, error) {
 		n.vol.fat.set(last, got[0].start)
 	} else {
 		n.ent.SetCluster(got[0].start)
-		n.vol.claims[got[0].start] = claimantOf(n)
+		n.vol.setClaim(n, got[0].start)
 	}
 	n.lastFrom = n.vol.order.fatPhases + 2
 	for _, e := range got {

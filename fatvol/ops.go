@@ -70,7 +70,7 @@ func (v *Volume) newEntry(attr uint8) ondisk.DirEntry {
 // file: without any write bit it gets the read-only attribute, as on Linux vfat.
 func (v *Volume) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	f, err := v.openFile(name, flag, perm)
 	if err != nil {
 		return nil, pathErr("open", name, err)
@@ -145,7 +145,7 @@ func (v *Volume) Create(name string) (*File, error) {
 // Mkdir makes a directory with its '.' and '..' entries in one zeroed cluster.
 func (v *Volume) Mkdir(name string) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.writable(); err != nil {
 		return pathErr("mkdir", name, err)
 	}
@@ -188,6 +188,7 @@ func (v *Volume) mkdir(name string) error {
 	dotdot.Encode(cd.buf[ondisk.DirEntrySize:])
 	cd.index()
 	c.dir = cd
+	v.dirs.used(cd)
 	cd.markDirty(0, len(cd.buf))
 	cd.markFresh(0, len(cd.buf))
 	return nil
@@ -197,7 +198,7 @@ func (v *Volume) mkdir(name string) error {
 // its last handle closes.
 func (v *Volume) Remove(name string) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.writable(); err != nil {
 		return pathErr("remove", name, err)
 	}
@@ -261,7 +262,7 @@ func (v *Volume) Rename(oldname, newname string) error {
 // RenameWithFlags is Rename with renameat2(2)'s flags.
 func (v *Volume) RenameWithFlags(oldname, newname string, flags RenameFlags) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	err := v.writable()
 	if err == nil {
 		switch flags {
@@ -639,7 +640,7 @@ func (v *Volume) Truncate(name string, size int64) error {
 
 func (v *Volume) changeEntry(op, name string, change func(*node) error) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.writable(); err != nil {
 		return pathErr(op, name, err)
 	}
@@ -668,7 +669,7 @@ func pathErr2(op, name string, err error) error {
 // SubdirCount is the number of subdirectories of the directory name, for link counts.
 func (v *Volume) SubdirCount(name string) (int, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
+	defer v.endOp()
 	if err := v.usable(); err != nil {
 		return 0, pathErr("stat", name, err)
 	}

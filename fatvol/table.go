@@ -68,6 +68,9 @@ func newTable(g *ondisk.Geometry, raw []byte) *table {
 
 func (t *table) isFresh(c uint32) bool { return t.fresh[c/64]&(1<<(c%64)) != 0 }
 
+// unmarkFresh forgets that c was allocated since open.
+func (t *table) unmarkFresh(c uint32) { t.fresh[c/64] &^= 1 << (c % 64) }
+
 func (t *table) isReferenced(c uint32) bool { return t.referenced[c/64]&(1<<(c%64)) != 0 }
 
 func (t *table) setReferenced(c uint32, on bool) {

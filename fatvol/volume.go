@@ -36,6 +36,11 @@ type Options struct {
 	// together (0: DefaultCacheBytes). Past half of it the background writer starts; at the bound
 	// a writer waits for the batch in flight, or with none writes back, before going on.
 	CacheBytes int64
+	// DirCacheBytes bounds the directories held in memory, about (0: DefaultDirCacheBytes): past
+	// it, at the end of an operation, those nothing needs (no open file or loaded directory in
+	// them, nothing to write back) are dropped, least recently used first, and read again when
+	// next used (dircache.go).
+	DirCacheBytes int64
 	// MaxRequest bounds one coalesced device write (0: DefaultMaxRequest).
 	MaxRequest int64
 	// DirtyExpire is how old dirty data may get before the background writer writes everything
@@ -67,9 +72,10 @@ type Options struct {
 
 // Defaults for Options' zero values.
 const (
-	DefaultCacheBytes  = 64 << 20
-	DefaultMaxRequest  = 8 << 20
-	DefaultDirtyExpire = 5 * time.Second
+	DefaultCacheBytes    = 64 << 20
+	DefaultDirCacheBytes = 16 << 20
+	DefaultMaxRequest    = 8 << 20
+	DefaultDirtyExpire   = 5 * time.Second
 )
 
 // Volume is an open FAT file system. All methods are safe for concurrent use.
@@ -110,6 +116,7 @@ type Volume struct {
 	labelFromBoot bool
 	damage        error               // first damage found (see damage.go); changes are refused
 	claims        map[uint32]claimant // cluster -> entry whose chain holds it (see claim)
+	dirs          dirCache            // the directories in memory, least recently used last
 }
 
 // Geometry returns the volume's layout.
@@ -157,6 +164,9 @@ func Open(dev blockdev.Device, opts Options) (*Volume, error) {
 	}
 	if opts.Logger == nil {
 		v.opts.Logger = slog.Default()
+	}
+	if v.opts.DirCacheBytes <= 0 {
+		v.opts.DirCacheBytes = DefaultDirCacheBytes
 	}
 	if v.opts.CacheBytes <= 0 {
 		v.opts.CacheBytes = DefaultCacheBytes

@@ -15,7 +15,8 @@ import (
 // runtime's own are counted by the cgroup but not by the Go runtime: the runtime's limit is the
 // bound less those, so that the collector works harder as the heap nears it, rather than the pod
 // being killed with garbage in its heap; and the FUSE server keeps the nodes of the files the
-// kernel knows within a quarter of that limit (fatfuse.Server.SetNodeBudget), so that a walk of a
+// kernel knows within a quarter of that limit (fatfuse.Server.SetNodeBudget), and the engine the
+// directories it has read within an eighth (fatvol.Options.DirCacheBytes), so that a walk of a
 // volume of any file count does not make it grow without end.
 
 // nonGoReserve is what a mounter's resident memory holds beside what the Go runtime counts and
@@ -43,6 +44,16 @@ func nodeBudget(bound, cache int64) int {
 	return int(goMemoryLimit(bound, cache) / 4 / nodeBytes)
 }
 
+// dirCacheBytes is what the engine of a mounter held to bound may keep of the directories it
+// has read: an eighth of its Go runtime's limit (17 MiB with the chart's defaults); 0 for no
+// bound, which leaves the engine's default.
+func dirCacheBytes(bound, cache int64) int64 {
+	if bound <= 0 {
+		return 0
+	}
+	return goMemoryLimit(bound, cache) / 8
+}
+
 // checkMemory is what the check before serving may hold of a mounter held to bound (0: no
 // bound): three quarters of the Go runtime's limit, the rest left to the collector's slack and
 // the buffers beside the check's tables.
@@ -51,6 +62,15 @@ func checkMemory(bound int64) int64 {
 		return 0
 	}
 	return goMemoryLimit(bound, 0) / 4 * 3
+}
+
+// HoldServing holds this process, about to serve a volume whose engine may hold cache bytes of
+// page buffers, to bound bytes as a mounter is held: it sets the Go runtime's limit, and returns
+// the FUSE server's node budget and the engine's directory cache for that bound (0 and 0 for no
+// bound). csi-fat mount -memory-limit uses it to serve as a mounter pod would.
+func HoldServing(bound, cache int64) (nodes int, dirCache int64) {
+	holdMemory(bound, cache)
+	return nodeBudget(bound, cache), dirCacheBytes(bound, cache)
 }
 
 // holdMemory sets the Go runtime's limit for bound (nothing for 0).

@@ -29,6 +29,10 @@ func TestMemoryBound(t *testing.T) {
 	if got := nodeBudget(224<<20, 64<<20); got != 34816 || nodeBudget(0, 64<<20) != 0 {
 		t.Errorf("node budget for a 224 MiB bound = %d, want 34816 (and none unbounded)", got)
 	}
+	// The engine may keep directories for an eighth of it: 17 MiB with the chart's defaults.
+	if got := dirCacheBytes(224<<20, 64<<20); got != 17<<20 || dirCacheBytes(0, 64<<20) != 0 {
+		t.Errorf("directory cache for a 224 MiB bound = %d, want %d (and 0 unbounded)", got, 17<<20)
+	}
 	// The check before serving may hold three quarters of the runtime's limit.
 	if got, want := checkMemory(224<<20), int64(150<<20); got != want || checkMemory(0) != 0 {
 		t.Errorf("check memory for a 224 MiB bound = %d, want %d (and 0 unbounded: %d)", got, want, checkMemory(0))

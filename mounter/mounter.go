@@ -351,6 +351,7 @@ func (s *Server) serve(req *protocol.Request, devFile, fuseFile, direct, state *
 		holdMemory(a.MemoryLimit, cache)
 		s.bound = a.MemoryLimit
 	}
+	vo.DirCacheBytes = dirCacheBytes(a.MemoryLimit, cache)
 	vo.Checked = a.Checked
 	vo.Logger = s.log.With("volume", req.Volume)
 	vol, err := fatvol.Open(dev, vo)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/csi-fat/csi-fat/fatfuse"
 	"github.com/csi-fat/csi-fat/fatfuse/mountopt"
+	"github.com/csi-fat/csi-fat/fatvol"
+	"github.com/csi-fat/csi-fat/mounter"
 )
 
 func init() {
@@ -29,13 +31,15 @@ type mountOptionList []string
 func (l *mountOptionList) String() string     { return strings.Join(*l, ",") }
 func (l *mountOptionList) Set(s string) error { *l = append(*l, s); return nil }
 
-func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
+func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList, *string) {
 	var opts mountOptionList
 	fs := flag.NewFlagSet("mount", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Var(&opts, "o", "comma-separated mount options, as for Linux vfat (below); may be repeated")
+	memory := fs.String("memory-limit", "", "hold the server to this many bytes (K, M, G suffixes) as a mounter pod with this memory limit:\n"+
+		"the Go runtime's limit, the files the server keeps known and the directories the engine keeps follow from it")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "usage: csi-fat mount [-o OPTIONS] IMAGE|DEVICE MOUNTPOINT\n\n"+
+		fmt.Fprintf(out, "usage: csi-fat mount [-o OPTIONS] [-memory-limit SIZE] IMAGE|DEVICE MOUNTPOINT\n\n"+
 			"Serve the FAT file system on IMAGE or DEVICE at MOUNTPOINT through FUSE, in the foreground,\n"+
 			"until it is unmounted (fusermount3 -u MOUNTPOINT, umount MOUNTPOINT) or the process gets\n"+
 			"SIGINT or SIGTERM. Then everything is written back, the volume is marked clean, and the\n"+
@@ -53,7 +57,7 @@ func newMountFlagSet(out io.Writer) (*flag.FlagSet, *mountOptionList) {
 		fmt.Fprintf(out, "  partition=N|GUID  serve partition N (or the GPT partition with this unique GUID) of a\n"+
 			"                    partitioned IMAGE or DEVICE; default: its first FAT partition\n")
 	}
-	return fs, &opts
+	return fs, &opts, memory
 }
 
 // parseMountArgs takes flags before, between and after the two operands, as mount(8) does.
@@ -73,7 +77,7 @@ func parseMountArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func runMount(args []string) int {
-	fs, optList := newMountFlagSet(os.Stderr)
+	fs, optList, memory := newMountFlagSet(os.Stderr)
 	operands, err := parseMountArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -96,11 +100,19 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
 		return 2
 	}
-	return serveMount(operands[0], operands[1], partition, opts)
+	var bound int64
+	if *memory != "" {
+		if bound, err = parseSize(*memory); err != nil {
+			fmt.Fprintf(os.Stderr, "csi-fat mount: -memory-limit: %v\n", err)
+			return 2
+		}
+	}
+	return serveMount(operands[0], operands[1], partition, opts, bound)
 }
 
 // serveMount opens, mounts and serves until the mount is gone, then closes the volume.
-func serveMount(image, mountpoint, partition string, opts mountopt.Options) int {
+// bound, when not 0, holds the process to that memory as a mounter is held (mounter.HoldServing).
+func serveMount(image, mountpoint, partition string, opts mountopt.Options, bound int64) int {
 	// Catch the signals before the mount exists: from then on SIGTERM must unmount, not kill.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -112,6 +124,12 @@ func serveMount(image, mountpoint, partition string, opts mountopt.Options) int 
 	}
 	vopts := fatfuse.VolumeOptions(opts)
 	vopts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cache := vopts.CacheBytes
+	if cache <= 0 {
+		cache = fatvol.DefaultCacheBytes
+	}
+	nodes, dirCache := mounter.HoldServing(bound, cache)
+	vopts.DirCacheBytes = dirCache
 	vol, err := openForMount(image, partition, opts, vopts, os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "csi-fat mount: %v\n", err)
@@ -130,6 +148,9 @@ func serveMount(image, mountpoint, partition string, opts mountopt.Options) int 
 			return 0 // unmounted as asked, the volume as it was
 		}
 		return 1
+	}
+	if nodes > 0 {
+		srv.SetNodeBudget(nodes)
 	}
 	fmt.Fprintf(os.Stderr, "csi-fat mount: %s mounted on %s\n", image, mountpoint)
 

@@ -57,12 +57,21 @@ type mountProcess struct {
 // if it still runs and detaches the mount if it is still there.
 func startMount(t *testing.T, bin, img string, args ...string) *mountProcess {
 	t.Helper()
+	return startMountWith(t, bin, img, nil, args...)
+}
+
+// startMountWith is startMount calling started with the process's id as soon as it runs.
+func startMountWith(t *testing.T, bin, img string, started func(pid int), args ...string) *mountProcess {
+	t.Helper()
 	dir := t.TempDir()
 	p := &mountProcess{dir: dir, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append(append([]string{"mount"}, args...), img, dir)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if started != nil {
+		started(p.cmd.Process.Pid)
 	}
 	go func() { p.exited <- p.cmd.Wait() }()
 	t.Cleanup(func() {
