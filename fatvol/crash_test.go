@@ -422,38 +422,7 @@ func TestCrashConsistency(t *testing.T) {
 }
 
 func runCrashWorkload(t *testing.T, spec volumeSpec, opts fatvol.Options, w crashWorkload, rnd *rand.Rand, choices, samples, fsckEvery int) crashTally {
-	img := crashImage(t, spec, w)
-	f, err := blockdev.Open(img, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := blockdev.NewRecorder(f)
-	opts.Logger = quietLogger
-	opts.DirtyExpire = time.Hour // writeback happens when the workload asks, not by the clock
-	v, err := fatvol.Open(rec, opts)
-	if err != nil {
-		f.Close()
-		t.Fatal(err)
-	}
-	r := &crashRun{t: t, v: v, rec: rec, sync: opts.Sync, rnd: rnd,
-		model: map[string]*crashEntry{}, known: map[string]bool{}, active: map[string]int{}}
-	if w.setup != nil {
-		w.setup(r)
-	}
-	r.check("sync after setup", v.Sync())
-	base, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.start = rec.Len()
-	r.pins, r.active, r.survivors = nil, map[string]int{}, nil
-	r.pinAll()
-	w.run(r)
-	// With no cut at all, the unmounted volume is clean: no dirty bit, no lost cluster, nothing.
-	if err := judge.Check(img); err != nil {
-		t.Errorf("after the unmount: %v", err)
-	}
-	log := newCrashLog(padTo(t, base, img), rec.Ops()[r.start:])
+	r, log := recordCrashWorkload(t, spec, opts, w, rnd)
 
 	var points []crashPoint
 	if w.large {
@@ -494,6 +463,43 @@ func runCrashWorkload(t *testing.T, spec volumeSpec, opts fatvol.Options, w cras
 		}
 	}
 	return tally
+}
+
+// recordCrashWorkload runs w on a fresh volume behind a recording device: the model of what
+// must survive, and the log of the requests of its run over the image the setup left.
+func recordCrashWorkload(t *testing.T, spec volumeSpec, opts fatvol.Options, w crashWorkload, rnd *rand.Rand) (*crashRun, *crashLog) {
+	img := crashImage(t, spec, w)
+	f, err := blockdev.Open(img, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := blockdev.NewRecorder(f)
+	opts.Logger = quietLogger
+	opts.DirtyExpire = time.Hour // writeback happens when the workload asks, not by the clock
+	v, err := fatvol.Open(rec, opts)
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	r := &crashRun{t: t, v: v, rec: rec, sync: opts.Sync, rnd: rnd,
+		model: map[string]*crashEntry{}, known: map[string]bool{}, active: map[string]int{}}
+	if w.setup != nil {
+		w.setup(r)
+	}
+	r.check("sync after setup", v.Sync())
+	base, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start = rec.Len()
+	r.pins, r.active, r.survivors = nil, map[string]int{}, nil
+	r.pinAll()
+	w.run(r)
+	// With no cut at all, the unmounted volume is clean: no dirty bit, no lost cluster, nothing.
+	if err := judge.Check(img); err != nil {
+		t.Errorf("after the unmount: %v", err)
+	}
+	return r, newCrashLog(padTo(t, base, img), rec.Ops()[r.start:])
 }
 
 // everyCrashPoint cuts at every request of the log: each choice of surviving writes since the

@@ -284,8 +284,10 @@ func (r *crashRun) renameSurvivors(from, to string) {
 			if s.until != math.MaxInt {
 				continue
 			}
-			for _, c := range s.cands {
-				if c.path == p {
+			// The rename moves what is at p now: its newest candidate there. An older one (a
+			// target a rename over p replaced) stays behind, gone once that rename is done.
+			for j := len(s.cands) - 1; j >= 0; j-- {
+				if c := s.cands[j]; c.path == p {
 					s.cands = append(s.cands, crashPin{path: q, want: c.want})
 					extended = true
 					break
