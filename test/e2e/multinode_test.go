@@ -1,0 +1,395 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/csi-fat/csi-fat/internal/judge"
+	"github.com/csi-fat/csi-fat/internal/testenv"
+)
+
+// The tests of this file need a cluster of three nodes (test/e2e/cluster/up.sh 3), each with its
+// own pool: node-<i> holds i GiB (nodes_test.go). They prove what one node cannot: where the
+// scheduler and the sidecars put volumes, and that the nodes' drivers and sidecars keep to their
+// own node's volumes.
+
+// needNodes returns the environment of a cluster of three nodes or more, or skips the test.
+func needNodes(t *testing.T) *environment {
+	t.Helper()
+	if env == nil {
+		testenv.Separate(t, howToRun)
+	}
+	if len(env.nodes) < 3 {
+		t.Skipf("needs a cluster of three nodes (test/e2e/cluster/up.sh 3); this one has %d", len(env.nodes))
+	}
+	return env
+}
+
+// waitCapacities waits until every node's CSIStorageCapacity of the image class says what its
+// pool less the reserve leaves.
+func (e *environment) waitCapacities(t *testing.T, ns string) {
+	t.Helper()
+	e.waitFor(t, ns, "every node's capacity published", 2*time.Minute, func() (bool, error) {
+		for _, n := range e.nodes {
+			if ok, err := e.capacityIsOn(n, map[string]int64{imageClass: e.multi[n].capacity()}); !ok {
+				return false, fmt.Errorf("node %s: %w", n, err)
+			}
+		}
+		return true, nil
+	})
+}
+
+// claimEvents lists the events of a claim.
+func (e *environment) claimEvents(t *testing.T, ns, claim string) []event {
+	t.Helper()
+	var evs list[event]
+	e.getJSONT(t, &evs, "events", "-n", ns, "--field-selector", "involvedObject.kind=PersistentVolumeClaim,involvedObject.name="+claim)
+	return evs.Items
+}
+
+// podEvents lists the events of a pod.
+func (e *environment) podEvents(t *testing.T, ns, pod string) []event {
+	t.Helper()
+	var evs list[event]
+	e.getJSONT(t, &evs, "events", "-n", ns, "--field-selector", "involvedObject.kind=Pod,involvedObject.name="+pod)
+	return evs.Items
+}
+
+// checkOnNode checks that a claim's volume and the pod using it are on node: the pod runs there,
+// the volume's node affinity and handle name it, its image is in that node's pool and in no
+// other's.
+func (e *environment) checkOnNode(t *testing.T, ns, podName string, v pv, node string) string {
+	t.Helper()
+	p := e.getPod(t, ns, podName)
+	if p.Spec.NodeName != node {
+		t.Errorf("pod %s runs on %s, want %s", podName, p.Spec.NodeName, node)
+	}
+	if got, want := v.nodeAffinity(), topologyKey+" in ["+node+"]"; got != want {
+		t.Errorf("volume %s node affinity %q, want %q", v.Metadata.Name, got, want)
+	}
+	img, err := e.imageFileOn(node, v.Spec.CSI.VolumeHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(img); err != nil {
+		t.Errorf("volume %s: no image in node %s's pool: %v", v.Metadata.Name, node, err)
+	}
+	_, name, _ := strings.Cut(strings.TrimPrefix(v.Spec.CSI.VolumeHandle, "image:"), ":")
+	for _, other := range e.nodes {
+		if other == node {
+			continue
+		}
+		if _, err := os.Stat(e.multi[other].poolDir + "/" + name + ".img"); err == nil {
+			t.Errorf("volume %s has an image in node %s's pool too", v.Metadata.Name, other)
+		}
+	}
+	return img
+}
+
+// waitUnstagedOn waits until a node no longer lists a volume in use: its kubelet has unstaged it
+// and the driver has written it back.
+func (e *environment) waitUnstagedOn(t *testing.T, ns, node, handle string) {
+	t.Helper()
+	e.waitFor(t, ns, "volume "+handle+" unstaged on "+node, 2*time.Minute, func() (bool, error) {
+		var n struct {
+			Status struct {
+				VolumesInUse []string `json:"volumesInUse"`
+			} `json:"status"`
+		}
+		if err := e.getJSON(&n, "node", node); err != nil {
+			return false, err
+		}
+		for _, v := range n.Status.VolumesInUse {
+			if strings.HasSuffix(v, "^"+handle) {
+				return false, fmt.Errorf("node %s lists %s in use", node, v)
+			}
+		}
+		return true, nil
+	})
+}
+
+// TestNodesCapacity checks each node's CSIStorageCapacity of the image class: its own pool less
+// the reserve, different on each node.
+func TestNodesCapacity(t *testing.T) {
+	e := needNodes(t)
+	e.waitCapacities(t, "")
+	var ds daemonSet
+	e.getJSONT(t, &ds, "daemonset", "-n", releaseNS, driverDS)
+	if ds.Status.DesiredNumberScheduled != len(e.nodes) || ds.Status.NumberReady != len(e.nodes) {
+		t.Errorf("DaemonSet %s: %d of %d pods ready, want %d", driverDS, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, len(e.nodes))
+	}
+	for _, n := range e.nodes {
+		entry, ok, err := e.csiNodeDriverOf(n)
+		if !ok {
+			t.Fatal(err)
+		}
+		if entry.NodeID != n {
+			t.Errorf("CSINode %s: node ID %q", n, entry.NodeID)
+		}
+	}
+}
+
+// TestNodesPlacement puts a WaitForFirstConsumer claim on each node through its first pod: each
+// claim's volume lands on the node its pod was scheduled to, in that node's pool alone, with
+// what the pod wrote.
+func TestNodesPlacement(t *testing.T) {
+	e := needNodes(t)
+	ns := e.namespace(t)
+	var objs []any
+	for _, n := range e.nodes {
+		objs = append(objs, claimObject(ns, "c-"+n, imageClass, "32Mi"))
+	}
+	e.applyObjects(t, objs...)
+	e.waitForFirstConsumer(t, ns, "c-"+e.nodes[0])
+	objs = nil
+	for _, n := range e.nodes {
+		objs = append(objs, podObject(ns, podSpec{name: "p-" + n, node: n, volumes: []podVolume{{claim: "c-" + n, path: "/data"}}}))
+	}
+	e.applyObjects(t, objs...)
+	handles := map[string]string{}
+	images := map[string]string{}
+	for _, n := range e.nodes {
+		e.waitPodReady(t, ns, "p-"+n)
+		v := e.waitClaimBound(t, ns, "c-"+n)
+		images[n] = e.checkOnNode(t, ns, "p-"+n, v, n)
+		handles[n] = v.Spec.CSI.VolumeHandle
+		e.writeInPod(t, ns, "p-"+n, "/data/node.txt", []byte("written on "+n+"\n"))
+	}
+	for _, n := range e.nodes {
+		e.deletePod(t, ns, "p-"+n)
+	}
+	for _, n := range e.nodes {
+		e.waitUnstagedOn(t, ns, n, handles[n])
+		got, err := mtoolsRead(images[n], "node.txt")
+		if err != nil {
+			t.Error(err)
+		} else if string(got) != "written on "+n+"\n" {
+			t.Errorf("node %s: its image holds %q", n, got)
+		}
+		if err := judge.Check(images[n]); err != nil {
+			t.Errorf("node %s: %v", n, err)
+		}
+	}
+}
+
+// TestNodesCapacityRulesOut makes claims that only some nodes' pools can hold, for pods free to
+// go anywhere: the scheduler puts each on a node that can hold it, and a claim no node can hold
+// leaves its pod Pending with an event that says why.
+func TestNodesCapacityRulesOut(t *testing.T) {
+	e := needNodes(t)
+	ns := e.namespace(t)
+	e.waitCapacities(t, ns)
+	// node-1 offers 960Mi, node-2 1984Mi, node-3 3008Mi.
+	e.applyObjects(t,
+		claimObject(ns, "only-3", imageClass, "2500Mi"),
+		claimObject(ns, "not-1", imageClass, "1500Mi"),
+		claimObject(ns, "none", imageClass, "4Gi"),
+		podObject(ns, podSpec{name: "p-only-3", volumes: []podVolume{{claim: "only-3", path: "/data"}}}),
+		// Kept off node-3, whose pool could hold it, so node-1 is the other choice.
+		podObject(ns, podSpec{name: "p-not-1", notOn: []string{"node-3"}, volumes: []podVolume{{claim: "not-1", path: "/data"}}}),
+		podObject(ns, podSpec{name: "p-none", volumes: []podVolume{{claim: "none", path: "/data"}}}),
+	)
+	e.waitPodReady(t, ns, "p-only-3")
+	e.checkOnNode(t, ns, "p-only-3", e.waitClaimBound(t, ns, "only-3"), "node-3")
+	e.waitPodReady(t, ns, "p-not-1")
+	e.checkOnNode(t, ns, "p-not-1", e.waitClaimBound(t, ns, "not-1"), "node-2")
+
+	e.waitFor(t, ns, "pod p-none unschedulable for want of storage", time.Minute, func() (bool, error) {
+		for _, ev := range e.podEvents(t, ns, "p-none") {
+			if ev.Reason == "FailedScheduling" && strings.Contains(ev.Message, "did not have enough free storage") {
+				t.Logf("event: %s", ev.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no FailedScheduling event naming storage")
+	})
+	var c pvc
+	e.getJSONT(t, &c, "pvc", "-n", ns, "none")
+	if c.Status.Phase != "Pending" || c.Metadata.Annotations["volume.kubernetes.io/selected-node"] != "" {
+		t.Errorf("claim none is %s with node %q selected, want Pending and none", c.Status.Phase, c.Metadata.Annotations["volume.kubernetes.io/selected-node"])
+	}
+	if p := e.getPod(t, ns, "p-none"); p.Spec.NodeName != "" {
+		t.Errorf("pod p-none was scheduled to %s", p.Spec.NodeName)
+	}
+}
+
+// TestNodesOnlineExpansion grows a claim on node-2 from 64Mi to 1Gi while a pod there appends
+// fsync'ed records, with the driver and its resizer on every node: the claim reaches 1Gi, df in
+// the pod shows it, the writer sees no error and every record is in the grown image, which
+// fsck.fat accepts; no resizer marks the resize failed and no warning reaches the claim.
+func TestNodesOnlineExpansion(t *testing.T) {
+	e := needNodes(t)
+	e.needClaim(t, e.claims.onlineExpansion, "online expansion")
+	ns := e.namespace(t)
+	var pods list[pod]
+	e.getJSONT(t, &pods, "pods", "-n", releaseNS, "-l", driverPods)
+	for _, p := range pods.Items {
+		if !containerReady(p, "csi-resizer") {
+			t.Errorf("driver pod %s on %s: csi-resizer not ready", p.Metadata.Name, p.Spec.NodeName)
+		}
+	}
+	if len(pods.Items) != len(e.nodes) {
+		t.Errorf("%d driver pods, want one on each of %d nodes", len(pods.Items), len(e.nodes))
+	}
+	class := e.growableClass(t, ns, "grow", map[string]string{"pool": "image", "maxSize": "1Gi"})
+	e.applyObjects(t, claimObject(ns, "data", class, "64Mi"))
+	w := e.startWriterPod(t, ns, podSpec{name: "writer", node: "node-2", volumes: []podVolume{{claim: "data", path: "/data"}}, script: stoppableWriter})
+	v := e.waitClaimBound(t, ns, "data")
+	img := e.checkOnNode(t, ns, "writer", v, "node-2")
+	w.waitReported(t, 100)
+
+	e.kubectlT(t, "patch", "pvc", "-n", ns, "data", "--type=merge",
+		"-p", `{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`)
+	var seen sync.Map // resize statuses seen on the way
+	e.waitFor(t, ns, "claim data at 1Gi", 3*time.Minute, func() (bool, error) {
+		var c pvc
+		if err := e.getJSON(&c, "pvc", "-n", ns, "data"); err != nil {
+			return false, err
+		}
+		for _, st := range c.Status.AllocatedResourceStatuses {
+			seen.Store(st, true)
+		}
+		got, err := parseQuantity(c.Status.Capacity["storage"])
+		if err != nil {
+			return false, err
+		}
+		if got == 1<<30 {
+			return true, nil
+		}
+		if p := e.getPod(t, ns, "writer"); p.Status.Phase != "Running" {
+			return false, fmt.Errorf("%w: the writer is %s during the growth", errGiveUp, p.Status.Phase)
+		}
+		return false, fmt.Errorf("claim data has capacity %s (%v)", c.Status.Capacity["storage"], c.Status.AllocatedResourceStatuses)
+	})
+	seen.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "Infeasible") {
+			t.Errorf("the claim's resize was marked %s on the way", k)
+		}
+		return true
+	})
+	after := dfBytes(t, e, ns, "writer")
+	if after < 1<<30-32<<20 || after > 1<<30 {
+		t.Errorf("df in the pod shows %d bytes after the growth, want 1 GiB less the FATs' own sectors", after)
+	}
+	w.waitReported(t, w.last+100)
+	n := w.stop(t)
+	// Events come a moment after what they report: give stragglers time.
+	time.Sleep(5 * time.Second)
+	for _, ev := range e.claimEvents(t, ns, "data") {
+		t.Logf("claim event: %s %s (%s %s%s, %d): %s", ev.Type, ev.Reason, ev.Source.Component, ev.ReportingComponent, ev.Source.Host, ev.Count, ev.Message)
+		if ev.Type != "Normal" || strings.Contains(ev.Message, "NotFound") || strings.Contains(ev.Reason, "Failed") {
+			t.Errorf("the claim got %s event %s: %s", ev.Type, ev.Reason, ev.Message)
+		}
+	}
+	t.Logf("the writer wrote %d records without an error", n)
+
+	e.deletePod(t, ns, "writer")
+	e.waitUnstagedOn(t, ns, "node-2", v.Spec.CSI.VolumeHandle)
+	if st, err := os.Stat(img); err != nil {
+		t.Error(err)
+	} else if st.Size() != 1<<30 {
+		t.Errorf("image %s is %d bytes, want 1 GiB", img, st.Size())
+	}
+	if err := judge.Check(img); err != nil {
+		t.Errorf("grown image %s: %v", img, err)
+	}
+	onNode, err := mtoolsRead(img, "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, "node-2's image (mtype)", onNode, n)
+}
+
+// containerReady tells whether a pod's container of that name is ready.
+func containerReady(p pod, name string) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == name {
+			return c.Ready
+		}
+	}
+	return false
+}
+
+// TestNodesSnapshotRestoreClone snapshots and clones a volume of node-3 while a pod there appends
+// fsync'ed records, and uses the restore and the clone from pods that name no node: the new
+// volumes are made on node-3, the pods end up there, and they hold the source's files and
+// records. A pod the scheduler first sends elsewhere leaves an event on its claim naming node-3.
+func TestNodesSnapshotRestoreClone(t *testing.T) {
+	e := needNodes(t)
+	e.needClaim(t, e.claims.snapshots, "snapshots (CREATE_DELETE_SNAPSHOT)")
+	e.needClaim(t, e.claims.clones, "clones (CLONE_VOLUME)")
+	ns := e.namespace(t)
+	t.Cleanup(func() { e.deleteSnapshots(t, ns) })
+
+	e.applyObjects(t, claimObject(ns, "src", imageClass, "64Mi"))
+	w := e.startWriterPod(t, ns, podSpec{name: "writer", node: "node-3", volumes: []podVolume{{claim: "src", path: "/data"}}, script: stoppableWriter})
+	src := e.waitClaimBound(t, ns, "src")
+	e.checkOnNode(t, ns, "writer", src, "node-3")
+	e.writeSourceFiles(t, ns, "writer")
+	acked := w.waitReported(t, 100)
+
+	snap := object("snapshot.storage.k8s.io/v1", "VolumeSnapshot", ns, "snap")
+	snap["spec"] = map[string]any{
+		"volumeSnapshotClassName": snapshotClass,
+		"source":                  map[string]any{"persistentVolumeClaimName": "src"},
+	}
+	e.applyObjects(t, snap)
+	var vs volumeSnapshot
+	e.waitFor(t, ns, "snapshot snap ready", 3*time.Minute, func() (bool, error) {
+		vs = volumeSnapshot{}
+		if err := e.getJSON(&vs, "volumesnapshot", "-n", ns, "snap"); err != nil {
+			return false, err
+		}
+		if vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse {
+			return true, nil
+		}
+		if vs.Status != nil && vs.Status.Error != nil {
+			return false, fmt.Errorf("snapshot snap: %s", vs.Status.Error.Message)
+		}
+		return false, fmt.Errorf("snapshot snap is not ready")
+	})
+	var content snapshotContent
+	e.getJSONT(t, &content, "volumesnapshotcontent", *vs.Status.BoundVolumeSnapshotContentName)
+	if got := content.Metadata.Labels[managedByLabel]; got != "node-3" {
+		t.Errorf("content %s labelled %s=%q, want node-3", content.Metadata.Name, managedByLabel, got)
+	}
+	if h := content.Status; h == nil || h.SnapshotHandle == nil || !strings.HasPrefix(*h.SnapshotHandle, "snapshot:node-3:") {
+		t.Errorf("content %s: snapshot handle %+v, want one of node-3", content.Metadata.Name, h)
+	}
+
+	// Acked before the clone is asked for too.
+	e.applyObjects(t,
+		claimFrom(ns, "restored", imageClass, "64Mi", "VolumeSnapshot", "snap"),
+		claimFrom(ns, "copy", imageClass, "64Mi", "PersistentVolumeClaim", "src"),
+		podObject(ns, podSpec{name: "restore-reader", volumes: []podVolume{{claim: "restored", path: "/data"}}}),
+		podObject(ns, podSpec{name: "clone-reader", volumes: []podVolume{{claim: "copy", path: "/data"}}}),
+	)
+	for _, c := range []struct{ claim, reader, what string }{
+		{"restored", "restore-reader", "the restored snapshot"},
+		{"copy", "clone-reader", "the clone"},
+	} {
+		e.waitFor(t, ns, "pod "+c.reader+" ready", 6*time.Minute, func() (bool, error) {
+			p := e.getPod(t, ns, c.reader)
+			return p.ready(), fmt.Errorf("pod %s is %s on %q", c.reader, p.Status.Phase, p.Spec.NodeName)
+		})
+		dst := e.waitClaimBound(t, ns, c.claim)
+		e.checkOnNode(t, ns, c.reader, dst, "node-3")
+		e.checkCopyIn(t, ns, c.reader, src, dst, acked, c.what)
+		for _, ev := range e.claimEvents(t, ns, c.claim) {
+			t.Logf("claim %s event: %s %s (%d): %s", c.claim, ev.Type, ev.Reason, ev.Count, ev.Message)
+			if ev.Reason == "ProvisioningFailed" && !strings.Contains(ev.Message, "lives on node node-3") {
+				t.Errorf("claim %s: a failed provisioning that does not say where the source lives: %s", c.claim, ev.Message)
+			}
+		}
+	}
+	n := w.stop(t)
+	t.Logf("the writer wrote %d records without an error, across the snapshot and the clone", n)
+	e.deletePod(t, ns, "restore-reader")
+	e.deletePod(t, ns, "clone-reader")
+	e.deletePod(t, ns, "writer")
+	e.deleteSnapshots(t, ns)
+}
