@@ -318,6 +318,10 @@ make_node_namespaces() {
 		mkdir -p "$dir/root$d" "$d"
 		nsenter --mount="$(node_mntns "$name")" -- mount --bind "$dir/root$d" "$d"
 	done
+	# The kubelet leaves its root as it finds it when it is a mount point already, and a pod's
+	# Bidirectional mount of it (the driver's) needs it shared: shared and still a slave of the
+	# host's, so the host's mounts under it show through.
+	nsenter --mount="$(node_mntns "$name")" -- mount --make-shared /var/lib/kubelet
 
 	for h in /sys/fs/cgroup/*/; do
 		mkdir -p "$h$CGROUP_PARENT/$name"
