@@ -315,15 +315,22 @@ func containerReady(p pod, name string) bool {
 }
 
 // TestNodesSnapshotRestoreClone snapshots and clones a volume of node-3 while a pod there appends
-// fsync'ed records, and uses the restore and the clone from pods that name no node: the new
-// volumes are made on node-3, the pods end up there, and they hold the source's files and
-// records. A pod the scheduler first sends elsewhere leaves an event on its claim naming node-3.
+// fsync'ed records. The scheduler does not know where a claim's source lives: a pod sent to
+// another node leaves its claim Pending with an event that says where the source is, and pods
+// given the node the source's volume names (its topology label, as docs/driver.md tells users)
+// get the restore and the clone made on node-3, with the source's files and records.
 func TestNodesSnapshotRestoreClone(t *testing.T) {
 	e := needNodes(t)
 	e.needClaim(t, e.claims.snapshots, "snapshots (CREATE_DELETE_SNAPSHOT)")
 	e.needClaim(t, e.claims.clones, "clones (CLONE_VOLUME)")
 	ns := e.namespace(t)
-	t.Cleanup(func() { e.deleteSnapshots(t, ns) })
+	t.Cleanup(func() {
+		// A claim still being made from the snapshot holds it: the claims go first.
+		if _, err := e.kubectlErr("delete", "pvc", "-n", ns, "restored", "copy", "--ignore-not-found", "--wait=false"); err != nil {
+			t.Errorf("deleting the copies' claims: %v", err)
+		}
+		e.deleteSnapshots(t, ns)
+	})
 
 	e.applyObjects(t, claimObject(ns, "src", imageClass, "64Mi"))
 	w := e.startWriterPod(t, ns, podSpec{name: "writer", node: "node-3", volumes: []podVolume{{claim: "src", path: "/data"}}, script: stoppableWriter})
@@ -361,30 +368,51 @@ func TestNodesSnapshotRestoreClone(t *testing.T) {
 		t.Errorf("content %s: snapshot handle %+v, want one of node-3", content.Metadata.Name, h)
 	}
 
-	// Acked before the clone is asked for too.
+	// A restore for a pod on node-1: node-1's driver cannot make it, and says where it can be made.
 	e.applyObjects(t,
 		claimFrom(ns, "restored", imageClass, "64Mi", "VolumeSnapshot", "snap"),
-		claimFrom(ns, "copy", imageClass, "64Mi", "PersistentVolumeClaim", "src"),
-		podObject(ns, podSpec{name: "restore-reader", volumes: []podVolume{{claim: "restored", path: "/data"}}}),
-		podObject(ns, podSpec{name: "clone-reader", volumes: []podVolume{{claim: "copy", path: "/data"}}}),
+		podObject(ns, podSpec{name: "astray", node: "node-1", volumes: []podVolume{{claim: "restored", path: "/data"}}}),
 	)
-	for _, c := range []struct{ claim, reader, what string }{
+	e.waitFor(t, ns, "claim restored refused on node-1, naming node-3", 2*time.Minute, func() (bool, error) {
+		for _, ev := range e.claimEvents(t, ns, "restored") {
+			if ev.Reason == "ProvisioningFailed" && strings.Contains(ev.Message, "lives on node node-3") &&
+				strings.Contains(ev.Message, "not on node node-1") {
+				t.Logf("event: %s", ev.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no ProvisioningFailed event naming node-3")
+	})
+	var c pvc
+	e.getJSONT(t, &c, "pvc", "-n", ns, "restored")
+	if c.Status.Phase != "Pending" {
+		t.Errorf("claim restored is %s after node-1 refused it, want Pending", c.Status.Phase)
+	}
+	e.deletePod(t, ns, "astray")
+
+	// Pods given the node of the source's volume, by its topology label.
+	srcNode := strings.TrimSuffix(strings.TrimPrefix(src.nodeAffinity(), topologyKey+" in ["), "]")
+	if srcNode != "node-3" {
+		t.Fatalf("source volume's node affinity %q", src.nodeAffinity())
+	}
+	onSource := func(name, claim string) map[string]any {
+		p := podObject(ns, podSpec{name: name, volumes: []podVolume{{claim: claim, path: "/data"}}})
+		p["spec"].(map[string]any)["nodeSelector"] = map[string]any{topologyKey: srcNode}
+		return p
+	}
+	e.applyObjects(t,
+		claimFrom(ns, "copy", imageClass, "64Mi", "PersistentVolumeClaim", "src"),
+		onSource("restore-reader", "restored"),
+		onSource("clone-reader", "copy"),
+	)
+	for _, r := range []struct{ claim, reader, what string }{
 		{"restored", "restore-reader", "the restored snapshot"},
 		{"copy", "clone-reader", "the clone"},
 	} {
-		e.waitFor(t, ns, "pod "+c.reader+" ready", 6*time.Minute, func() (bool, error) {
-			p := e.getPod(t, ns, c.reader)
-			return p.ready(), fmt.Errorf("pod %s is %s on %q", c.reader, p.Status.Phase, p.Spec.NodeName)
-		})
-		dst := e.waitClaimBound(t, ns, c.claim)
-		e.checkOnNode(t, ns, c.reader, dst, "node-3")
-		e.checkCopyIn(t, ns, c.reader, src, dst, acked, c.what)
-		for _, ev := range e.claimEvents(t, ns, c.claim) {
-			t.Logf("claim %s event: %s %s (%d): %s", c.claim, ev.Type, ev.Reason, ev.Count, ev.Message)
-			if ev.Reason == "ProvisioningFailed" && !strings.Contains(ev.Message, "lives on node node-3") {
-				t.Errorf("claim %s: a failed provisioning that does not say where the source lives: %s", c.claim, ev.Message)
-			}
-		}
+		e.waitPodReady(t, ns, r.reader)
+		dst := e.waitClaimBound(t, ns, r.claim)
+		e.checkOnNode(t, ns, r.reader, dst, "node-3")
+		e.checkCopyIn(t, ns, r.reader, src, dst, acked, r.what)
 	}
 	n := w.stop(t)
 	t.Logf("the writer wrote %d records without an error, across the snapshot and the clone", n)
@@ -392,4 +420,66 @@ func TestNodesSnapshotRestoreClone(t *testing.T) {
 	e.deletePod(t, ns, "clone-reader")
 	e.deletePod(t, ns, "writer")
 	e.deleteSnapshots(t, ns)
+}
+
+// TestNodesUpgradeRolls rolls the driver's DaemonSet across the nodes with a helm upgrade while a
+// pod on each node keeps a file open and appends an fsync'ed record every 100 ms: every node's
+// driver pod is replaced, one node at a time, no writer sees an error, and every record each
+// writer reported is in its node's image afterwards, which fsck.fat accepts.
+func TestNodesUpgradeRolls(t *testing.T) {
+	e := needNodes(t)
+	ns := e.namespace(t)
+	var objs []any
+	for _, n := range e.nodes {
+		objs = append(objs, claimObject(ns, "c-"+n, imageClass, "32Mi"))
+	}
+	e.applyObjects(t, objs...)
+	writers := map[string]*writer{}
+	vols := map[string]pv{}
+	for _, n := range e.nodes {
+		writers[n] = e.startWriterPod(t, ns, podSpec{name: "w-" + n, node: n, volumes: []podVolume{{claim: "c-" + n, path: "/data"}}, script: openWriter})
+		vols[n] = e.waitClaimBound(t, ns, "c-"+n)
+	}
+	for _, n := range e.nodes {
+		writers[n].waitReported(t, 20)
+	}
+	var before list[pod]
+	e.getJSONT(t, &before, "pods", "-n", releaseNS, "-l", driverPods)
+	start := time.Now()
+	e.upgradeChart(t, fmt.Sprintf("podAnnotations.e2e\\.csi-fat\\.io/roll=at-%d", time.Now().UnixNano()))
+	t.Logf("the DaemonSet rolled across %d nodes in %s", len(e.nodes), time.Since(start).Round(100*time.Millisecond))
+	var after list[pod]
+	e.getJSONT(t, &after, "pods", "-n", releaseNS, "-l", driverPods)
+	if len(after.Items) != len(e.nodes) {
+		t.Errorf("%d driver pods after the upgrade, want %d", len(after.Items), len(e.nodes))
+	}
+	for _, p := range after.Items {
+		for _, old := range before.Items {
+			if p.Metadata.UID == old.Metadata.UID {
+				t.Errorf("driver pod %s on %s was not replaced", p.Metadata.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	for _, n := range e.nodes {
+		w := writers[n]
+		w.waitReported(t, w.last+20)
+		got := w.stop(t)
+		t.Logf("writer on %s: %d records without an error", n, got)
+		e.deletePod(t, ns, "w-"+n)
+	}
+	for _, n := range e.nodes {
+		e.waitUnstagedOn(t, ns, n, vols[n].Spec.CSI.VolumeHandle)
+		img, err := e.imageFileOn(n, vols[n].Spec.CSI.VolumeHandle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := mtoolsRead(img, "log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLog(t, n+"'s image (mtype)", log, writers[n].last)
+		if err := judge.Check(img); err != nil {
+			t.Errorf("node %s: %v", n, err)
+		}
+	}
 }
