@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -464,6 +465,113 @@ func TestNodesUpgradeRolls(t *testing.T) {
 		w := writers[n]
 		w.waitReported(t, w.last+20)
 		got := w.stop(t)
+		t.Logf("writer on %s: %d records without an error", n, got)
+		e.deletePod(t, ns, "w-"+n)
+	}
+	for _, n := range e.nodes {
+		e.waitUnstagedOn(t, ns, n, vols[n].Spec.CSI.VolumeHandle)
+		img, err := e.imageFileOn(n, vols[n].Spec.CSI.VolumeHandle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := mtoolsRead(img, "log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLog(t, n+"'s image (mtype)", log, writers[n].last)
+		if err := judge.Check(img); err != nil {
+			t.Errorf("node %s: %v", n, err)
+		}
+	}
+}
+
+// TestNodesDownAndBack takes node-2 down (its kubelet, kube-proxy and containerd stopped, as
+// test/e2e/cluster/node.sh does) and brings it back while a pod on each node keeps a file open
+// and appends an fsync'ed record every 100 ms: the control plane sees node-2 go NotReady, the
+// writers of the other nodes go on reporting meanwhile, node-2's writer and its volume are
+// served throughout, node-2 is Ready again and serves a new claim, and every writer finishes
+// without an error with every record in its node's image.
+func TestNodesDownAndBack(t *testing.T) {
+	e := needNodes(t)
+	ns := e.namespace(t)
+	script := e.repo + "/test/e2e/cluster/node.sh"
+	var objs []any
+	for _, n := range e.nodes {
+		objs = append(objs, claimObject(ns, "c-"+n, imageClass, "32Mi"))
+	}
+	e.applyObjects(t, objs...)
+	writers := map[string]*writer{}
+	vols := map[string]pv{}
+	for _, n := range e.nodes {
+		writers[n] = e.startWriterPod(t, ns, podSpec{name: "w-" + n, node: n, volumes: []podVolume{{claim: "c-" + n, path: "/data"}}, script: openWriter})
+		vols[n] = e.waitClaimBound(t, ns, "c-"+n)
+	}
+	for _, n := range e.nodes {
+		writers[n].waitReported(t, 20)
+	}
+	before := e.getPod(t, ns, "w-node-2")
+
+	nodeReady := func(n string) string {
+		var nd node
+		e.getJSONT(t, &nd, "node", n)
+		for _, c := range nd.Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	t.Cleanup(func() {
+		// Whatever happened, the node comes back for the tests after this one.
+		if out, err := exec.Command(script, "start", "node-2").CombinedOutput(); err != nil {
+			t.Errorf("node.sh start node-2: %v: %s", err, out)
+		}
+	})
+	if out, err := exec.Command(script, "stop", "node-2").CombinedOutput(); err != nil {
+		t.Fatalf("node.sh stop node-2: %v: %s", err, out)
+	}
+	down := time.Now()
+	e.waitFor(t, ns, "node-2 not ready", 3*time.Minute, func() (bool, error) {
+		st := nodeReady("node-2")
+		return st != "True", fmt.Errorf("node-2 Ready is %s", st)
+	})
+	// The other nodes' writers go on meanwhile.
+	for _, n := range []string{"node-1", "node-3"} {
+		writers[n].waitReported(t, writers[n].last+50)
+	}
+	t.Logf("node-2 was down for %s", time.Since(down).Round(100*time.Millisecond))
+	if out, err := exec.Command(script, "start", "node-2").CombinedOutput(); err != nil {
+		t.Fatalf("node.sh start node-2: %v: %s", err, out)
+	}
+	e.waitFor(t, ns, "node-2 ready again", 3*time.Minute, func() (bool, error) {
+		st := nodeReady("node-2")
+		return st == "True", fmt.Errorf("node-2 Ready is %s", st)
+	})
+	e.waitFor(t, ns, "node-2's driver registered again", 2*time.Minute, func() (bool, error) {
+		_, ok, err := e.csiNodeDriverOf("node-2")
+		return ok, err
+	})
+	after := e.getPod(t, ns, "w-node-2")
+	if after.Metadata.UID != before.Metadata.UID || after.restarts("c") != 0 || after.Status.Phase != "Running" {
+		t.Errorf("node-2's writer: UID %s (was %s), %d restarts, %s", after.Metadata.UID, before.Metadata.UID, after.restarts("c"), after.Status.Phase)
+	}
+	// Its volume was served all along: the writer's log grows.
+	count := func() int {
+		return strings.Count(e.sh(t, ns, "w-node-2", "cat /data/log"), "\n")
+	}
+	c1 := count()
+	time.Sleep(2 * time.Second)
+	if c2 := count(); c2 <= c1 {
+		t.Errorf("node-2's writer does not write on: %d records, then %d", c1, c2)
+	}
+	// node-2 serves a new claim.
+	e.applyObjects(t, claimObject(ns, "new", imageClass, "32Mi"))
+	e.startPod(t, ns, podSpec{name: "p-new", node: "node-2", volumes: []podVolume{{claim: "new", path: "/data"}}})
+	e.checkOnNode(t, ns, "p-new", e.waitClaimBound(t, ns, "new"), "node-2")
+	e.deletePod(t, ns, "p-new")
+
+	for _, n := range e.nodes {
+		got := writers[n].stop(t)
 		t.Logf("writer on %s: %d records without an error", n, got)
 		e.deletePod(t, ns, "w-"+n)
 	}

@@ -84,6 +84,8 @@ start_daemon() {
 	local name=$1 binary=$2
 	shift 2
 	echo "$binary" >"$PIDS/$name.exe"
+	# How it was started, for node.sh to start a node's daemons again.
+	printf '%s\0' "${IN_NODE[@]}" "$binary" "$@" >"$PIDS/$name.cmd"
 	rm -f "$PIDS/$name.pid"
 	# shellcheck disable=SC2016 # expanded by the inner bash
 	"${IN_NODE[@]}" setsid bash -c 'echo $$ >"$0"
