@@ -227,7 +227,9 @@ func (c *controller) ControllerGetCapabilities(ctx context.Context, req *csi.Con
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
-		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		// No EXPAND_VOLUME: a volume grows on its own node, at NodeExpandVolume. On a cluster of
+		// several nodes every node's csi-resizer would otherwise call ControllerExpandVolume on
+		// its own node's driver, which holds only its node's volumes (docs/driver.md, "Sidecars").
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}},

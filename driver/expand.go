@@ -8,7 +8,9 @@ import (
 )
 
 // ControllerExpandVolume grows a volume's image; its file system grows at NodeExpandVolume,
-// while the volume is in use (ONLINE expansion).
+// while the volume is in use (ONLINE expansion). The controller service does not claim
+// EXPAND_VOLUME (NodeExpandVolume grows the image itself when it is smaller than asked), so a CO
+// need not call it; it answers those that do.
 func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, invalid("volume ID is missing")

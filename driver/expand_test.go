@@ -24,8 +24,9 @@ import (
 	"github.com/csi-fat/csi-fat/node/volume"
 )
 
-// expandCapabilities: the controller claims EXPAND_VOLUME, the node EXPAND_VOLUME, the plugin
-// online expansion.
+// TestExpandCapabilities: the node claims EXPAND_VOLUME, the plugin online expansion, and the
+// controller not EXPAND_VOLUME: a volume grows on its own node, so csi-resizer takes the node's
+// part for the whole resize.
 func TestExpandCapabilities(t *testing.T) {
 	td := startDriver(t, "", nil)
 	ctx := context.Background()
@@ -53,8 +54,8 @@ func TestExpandCapabilities(t *testing.T) {
 	for _, c := range nc.GetCapabilities() {
 		nodeExp = nodeExp || c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME
 	}
-	if !online || !ctrl || !nodeExp {
-		t.Fatalf("online expansion %v, controller EXPAND_VOLUME %v, node EXPAND_VOLUME %v: want all", online, ctrl, nodeExp)
+	if !online || ctrl || !nodeExp {
+		t.Fatalf("online expansion %v, controller EXPAND_VOLUME %v, node EXPAND_VOLUME %v: want online and node, not controller", online, ctrl, nodeExp)
 	}
 }
 
@@ -274,15 +275,25 @@ func TestExpandRefusals(t *testing.T) {
 	if _, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: plain, VolumePath: filepath.Join(vdir, "elsewhere")}); code(err) != codes.NotFound {
 		t.Errorf("NodeExpandVolume at a path the volume is not at: %v, want NotFound", err)
 	}
-	if _, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: plain, VolumePath: target,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 120 << 20}}); code(err) != codes.OutOfRange {
-		t.Errorf("NodeExpandVolume past the image's size: %v, want OutOfRange", err)
-	}
 	if r, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: plain, VolumePath: target}); err != nil || r.GetCapacityBytes() != 100<<20 {
 		t.Errorf("NodeExpandVolume within the image: %v, %v", r, err)
 	}
 	if got := statfsBytes(t, target); got < 100<<20-2<<20 {
 		t.Errorf("statfs after NodeExpandVolume: %d bytes, want about 100 MiB", got)
+	}
+	// Past the image's size NodeExpandVolume grows the image first (the controller does not claim
+	// EXPAND_VOLUME), then the file system; past the volume's room it is OutOfRange, as
+	// ControllerExpandVolume refuses it.
+	if _, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: plain, VolumePath: target,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}}); code(err) != codes.OutOfRange {
+		t.Errorf("NodeExpandVolume past the volume's room: %v, want OutOfRange", err)
+	}
+	if r, err := td.node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: plain, VolumePath: target,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 120 << 20}}); err != nil || r.GetCapacityBytes() != 120<<20 {
+		t.Errorf("NodeExpandVolume past the image's size: %v, %v, want the image and its file system grown to 120 MiB", r, err)
+	}
+	if got := statfsBytes(t, target); got < 120<<20-2<<20 {
+		t.Errorf("statfs after NodeExpandVolume past the image: %d bytes, want about 120 MiB", got)
 	}
 	unpublishAndUnstage(t, td, plain, vdir)
 }

@@ -108,28 +108,48 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 }
 
 // NodeExpand grows the file system of a staged volume, while it is in use, to its image's size
-// for NodeExpandVolume, and returns the file system's size. The staging's record keeps it.
+// for NodeExpandVolume, and returns the file system's size. The staging's record keeps it. When
+// more bytes are asked than the image has, the image grows first, as ControllerExpandVolume
+// grows it (ExpandVolume): the controller service does not claim EXPAND_VOLUME, so in
+// Kubernetes the resizer only records the claim's new size and the volume grows here, on its
+// own node (docs/driver.md, "Sidecars").
 func (m *Manager) NodeExpand(ctx context.Context, volumeID, volumePath string, required int64) (int64, error) {
 	rec, err := m.nodeVolume(volumeID)
 	if err != nil {
 		return 0, err
+	}
+	path := filepath.Clean(volumePath)
+	// at tells whether the volume is staged or published at path, and what serves it.
+	at := func() (*servedVolume, bool) {
+		m.store.Lock()
+		defer m.store.Unlock()
+		st := m.store.Staged[rec.Name]
+		pub := m.store.Published[path]
+		return m.served[rec.Name], (st != nil && st.Path == path) || (pub != nil && pub.Name == rec.Name)
+	}
+	if _, ok := at(); !ok {
+		return 0, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", rec.ID, path)
+	}
+	if _, ephemeral := m.ephemeralVolume(volumeID); required > rec.Size && !ephemeral {
+		// Takes the volume's lock itself, so before NodeExpand takes it.
+		if _, err := m.ExpandVolume(ctx, volumeID, required, 0); err != nil {
+			return 0, err
+		}
+		if rec, err = m.nodeVolume(volumeID); err != nil {
+			return 0, err
+		}
 	}
 	unlock, err := m.locks.Take(rec.Name, "NodeExpandVolume")
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
-	path := filepath.Clean(volumePath)
-	m.store.Lock()
-	st := m.store.Staged[rec.Name]
-	pub := m.store.Published[path]
-	sv := m.served[rec.Name]
-	m.store.Unlock()
-	if (st == nil || st.Path != path) && (pub == nil || pub.Name != rec.Name) {
+	sv, ok := at()
+	if !ok {
 		return 0, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", rec.ID, path)
 	}
 	if required > rec.Size {
-		return 0, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, %d asked: ControllerExpandVolume grows it first", rec.ID, rec.Size, required)
+		return 0, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, %d asked", rec.ID, rec.Size, required)
 	}
 	if rec.Device != "" {
 		return rec.Size, nil // a device's file system fills it already; devices do not grow

@@ -74,6 +74,8 @@ func TestRBAC(t *testing.T) {
 		// The owner lookup reads its own pod, whose owner is the DaemonSet; the driver makes, lists
 		// and removes its mounter pods.
 		expand("", "pods", "get", "list", "create", "delete"),
+		// The resizers' leader election.
+		expand("coordination.k8s.io", "leases", "get", "watch", "list", "delete", "update", "create"),
 	)
 	slices.Sort(wantNS)
 	if got := ruleSet(ns.Rules); !slices.Equal(got, wantNS) {
@@ -92,6 +94,7 @@ func TestRBACInProcessMounters(t *testing.T) {
 	want := slices.Concat(
 		expand("storage.k8s.io", "csistoragecapacities", "get", "list", "watch", "create", "update", "patch", "delete"),
 		expand("", "pods", "get"),
+		expand("coordination.k8s.io", "leases", "get", "watch", "list", "delete", "update", "create"),
 	)
 	slices.Sort(want)
 	if got := ruleSet(ns.Rules); !slices.Equal(got, want) {
@@ -111,6 +114,14 @@ func TestRBACWithoutSnapshotsOrResizer(t *testing.T) {
 			expand("", "events", "list", "watch", "create", "update", "patch"),
 		),
 	})
+	// Without the resizer, no leader election and no lease.
+	var ns role
+	r.get(t, "Role", &ns)
+	for _, rule := range ruleSet(ns.Rules) {
+		if strings.HasPrefix(rule, "coordination.k8s.io/") {
+			t.Errorf("Role grants %s without the resizer", rule)
+		}
+	}
 }
 
 // checkClusterRoles checks that the rendered ClusterRoles are exactly those of want, each with

@@ -18,8 +18,8 @@ import (
 
 // claims is what the driver says it can do, as the sidecars and the kubelet learn it.
 type claims struct {
-	// onlineExpansion: ControllerExpandVolume (EXPAND_VOLUME), NodeExpandVolume and the ONLINE
-	// expansion plugin capability: what a resize of a volume in use needs.
+	// onlineExpansion: NodeExpandVolume (node EXPAND_VOLUME) and the ONLINE expansion plugin
+	// capability: what a resize of a volume in use needs when the volume grows on its node.
 	onlineExpansion bool
 	snapshots       bool // CreateSnapshot and DeleteSnapshot (CREATE_DELETE_SNAPSHOT)
 	clones          bool // CreateVolume from a volume (CLONE_VOLUME)
@@ -138,7 +138,7 @@ func askClaims(sock string, exited <-chan error) (claims, error) {
 		}
 	}
 	return claims{
-		onlineExpansion: online && nodeExpand && rpcs[csi.ControllerServiceCapability_RPC_EXPAND_VOLUME],
+		onlineExpansion: online && nodeExpand,
 		snapshots:       rpcs[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT],
 		clones:          rpcs[csi.ControllerServiceCapability_RPC_CLONE_VOLUME],
 	}, nil

@@ -137,6 +137,11 @@ func TestInstall(t *testing.T) {
 // capacityIs tells whether the node's CSIStorageCapacity objects of the classes in want say the
 // capacity and maximum volume size want gives.
 func (e *environment) capacityIs(want map[string]int64) (bool, error) {
+	return e.capacityIsOn(e.node, want)
+}
+
+// capacityIsOn is capacityIs for a node of the cluster.
+func (e *environment) capacityIsOn(node string, want map[string]int64) (bool, error) {
 	var caps list[csiStorageCapacity]
 	if err := e.getJSON(&caps, "csistoragecapacities", "-n", releaseNS); err != nil {
 		return false, err
@@ -144,10 +149,10 @@ func (e *environment) capacityIs(want map[string]int64) (bool, error) {
 	for class, bytes := range want {
 		i := slices.IndexFunc(caps.Items, func(c csiStorageCapacity) bool {
 			return c.StorageClassName == class && c.NodeTopology != nil &&
-				reflect.DeepEqual(c.NodeTopology.MatchLabels, map[string]string{topologyKey: e.node})
+				reflect.DeepEqual(c.NodeTopology.MatchLabels, map[string]string{topologyKey: node})
 		})
 		if i < 0 {
-			return false, fmt.Errorf("no CSIStorageCapacity for class %s and node %s", class, e.node)
+			return false, fmt.Errorf("no CSIStorageCapacity for class %s and node %s", class, node)
 		}
 		c := caps.Items[i]
 		got, err := parseQuantity(c.Capacity)

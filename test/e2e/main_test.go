@@ -51,8 +51,12 @@ const howToRun = "end-to-end tests need a local cluster: test/e2e/cluster/build.
 // environment is the cluster with the chart installed, and the node's host side.
 type environment struct {
 	kube
-	repo     string // the repository root, holding charts/csi-fat
-	node     string // the cluster's only node: this machine
+	repo string // the repository root, holding charts/csi-fat
+	node string // the cluster's only node, this machine; "" on a cluster of several
+	// nodes are the cluster's nodes by name; on a cluster of several (test/e2e/cluster/up.sh 3)
+	// each has network and mount namespaces of its own, and multi its host side.
+	nodes    []string
+	multi    map[string]*nodeHost
 	hostDir  string
 	poolDir  string
 	stateDir string
@@ -64,11 +68,16 @@ type environment struct {
 // env is set by TestMain when the tests run; nil when they skip.
 var env *environment
 
-// need returns the environment, or skips the test with how to run it.
+// need returns the environment of a single-node cluster, or skips the test with how to run it.
+// On a cluster of several nodes it skips: the test judges the node's mounts from this machine's
+// mount namespace, which is none of the nodes'.
 func need(t *testing.T) *environment {
 	t.Helper()
 	if env == nil {
 		testenv.Separate(t, howToRun)
+	}
+	if len(env.nodes) > 1 {
+		t.Skipf("needs a single-node cluster (test/e2e/cluster/up.sh 1); this one has %d nodes", len(env.nodes))
 	}
 	return env
 }
@@ -131,7 +140,15 @@ func setUp() (*environment, error) {
 	if _, err := os.Stat(filepath.Join(e.repo, "charts", "csi-fat", "Chart.yaml")); err != nil {
 		return nil, fmt.Errorf("the chart: %w", err)
 	}
-	if e.node, err = e.onlyNode(); err != nil {
+	if e.nodes, err = e.nodeNames(); err != nil {
+		return nil, err
+	}
+	if len(e.nodes) > 1 {
+		e.multi = map[string]*nodeHost{}
+		for _, n := range e.nodes {
+			e.multi[n] = newNodeHost(n)
+		}
+	} else if e.node, err = e.onlyNode(); err != nil {
 		return nil, err
 	}
 	if err := e.removeLeftovers(); err != nil {
@@ -186,8 +203,12 @@ func (e *environment) onlyNode() (string, error) {
 	return name, nil
 }
 
-// prepareHost mounts the pool's tmpfs and makes the fake sysfs tree with one stick.
+// prepareHost mounts the pool's tmpfs and makes the fake sysfs tree with one stick; on a cluster
+// of several nodes, each node's pool.
 func (e *environment) prepareHost() error {
+	if e.multi != nil {
+		return e.prepareNodes()
+	}
 	for _, d := range []string{e.poolDir, e.stateDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -256,6 +277,9 @@ func (e *environment) removeLeftovers() error {
 // cleanHost unmounts the pool, detaches loop devices backed by files under hostDir and removes
 // hostDir.
 func (e *environment) cleanHost() error {
+	if e.multi != nil {
+		return e.cleanNodes()
+	}
 	var errs []error
 	if e.usb != nil {
 		errs = append(errs, e.usb.Close())

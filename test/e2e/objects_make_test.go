@@ -123,6 +123,10 @@ type podSpec struct {
 	volumes         []podVolume
 	script          string
 	securityContext map[string]any
+	// node, when set, pins the pod to that node (nodeSelector kubernetes.io/hostname).
+	node string
+	// notOn keeps the pod off these nodes (a required node affinity).
+	notOn []string
 }
 
 func podObject(ns string, s podSpec) map[string]any {
@@ -165,6 +169,18 @@ func podObject(ns string, s podSpec) map[string]any {
 	}
 	if s.securityContext != nil {
 		spec["securityContext"] = s.securityContext
+	}
+	if s.node != "" {
+		spec["nodeSelector"] = map[string]any{"kubernetes.io/hostname": s.node}
+	}
+	if len(s.notOn) > 0 {
+		spec["affinity"] = map[string]any{"nodeAffinity": map[string]any{
+			"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+				"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
+					"key": "kubernetes.io/hostname", "operator": "NotIn", "values": s.notOn,
+				}}}},
+			},
+		}}
 	}
 	p := object("v1", "Pod", ns, s.name)
 	p["spec"] = spec

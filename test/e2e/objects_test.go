@@ -67,7 +67,28 @@ type pvc struct {
 	Status struct {
 		Phase    string            `json:"phase"`
 		Capacity map[string]string `json:"capacity"`
+		// What the resizer and the kubelet say of a resize in progress or failed.
+		AllocatedResourceStatuses map[string]string `json:"allocatedResourceStatuses"`
+		Conditions                []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		} `json:"conditions"`
 	} `json:"status"`
+}
+
+// event is what the tests read of an event.
+type event struct {
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Source  struct {
+		Component string `json:"component"`
+		Host      string `json:"host"`
+	} `json:"source"`
+	ReportingComponent string `json:"reportingComponent"`
+	ReportingInstance  string `json:"reportingInstance"`
+	Count              int    `json:"count"`
 }
 
 type volumeSnapshot struct {

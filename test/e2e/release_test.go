@@ -16,7 +16,7 @@ const capacityPollInterval = 5 * time.Second
 // needs it, with the tests' pool and fake USB sticks, and waits for it and for the kubelet's
 // registration of the driver.
 func (e *environment) installChart() error {
-	typed := []string{"logLevel=4", "usb.enabled=true",
+	typed := []string{"logLevel=4", fmt.Sprintf("usb.enabled=%t", e.usb != nil),
 		fmt.Sprintf("resizer.enabled=%t", e.claims.onlineExpansion),
 		fmt.Sprintf("snapshotter.enabled=%t", e.claims.snapshots),
 		// up.sh installs the snapshot CRDs, so the chart's class can be made.
@@ -29,11 +29,10 @@ func (e *environment) installChart() error {
 		"driver.stateDir=" + e.stateDir,
 		fmt.Sprintf("driver.reserve=%dM", reserveBytes>>20),
 		"provisioner.capacityPollInterval=" + capacityPollInterval.String(),
-		"usb.sysfsRoot=" + e.usb.SysfsRoot,
-		"usb.byIdDir=" + e.usb.ByIDDir,
-		"usb.byPathDir=" + e.usb.ByPathDir,
-		"usb.devDir=" + e.usb.DevDir,
-		"usb.deviceGlob=" + e.usb.Glob,
+	}
+	if e.usb != nil {
+		strs = append(strs, "usb.sysfsRoot="+e.usb.SysfsRoot, "usb.byIdDir="+e.usb.ByIDDir,
+			"usb.byPathDir="+e.usb.ByPathDir, "usb.devDir="+e.usb.DevDir, "usb.deviceGlob="+e.usb.Glob)
 	}
 	args := []string{"install", releaseName, filepath.Join(e.repo, "charts", "csi-fat"),
 		"--namespace", releaseNS, "--create-namespace", "--wait", "--timeout", "5m",
@@ -51,8 +50,12 @@ func (e *environment) installChart() error {
 	// The DaemonSet is ready when the driver answers its health check, which includes the
 	// registration; the kubelet's CSINode entry is what pods need, so wait for that too.
 	err := poll(2*time.Minute, func() (bool, error) {
-		_, ok, err := e.csiNodeDriver()
-		return ok, err
+		for _, n := range e.nodes {
+			if _, ok, err := e.csiNodeDriverOf(n); !ok {
+				return false, err
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("kubelet registration of %s: %w\n%s", driverName, err, e.driverState())
@@ -107,13 +110,18 @@ func (e *environment) waitSnapshotsGone(match func(*snapshotContent) bool) error
 
 // csiNodeDriver returns this node's CSINode entry of the driver, if the kubelet has one.
 func (e *environment) csiNodeDriver() (entry csiNodeEntry, ok bool, err error) {
+	return e.csiNodeDriverOf(e.node)
+}
+
+// csiNodeDriverOf returns a node's CSINode entry of the driver, if its kubelet has one.
+func (e *environment) csiNodeDriverOf(node string) (entry csiNodeEntry, ok bool, err error) {
 	var cn csiNode
-	if err := e.getJSON(&cn, "csinode", e.node); err != nil {
+	if err := e.getJSON(&cn, "csinode", node); err != nil {
 		return entry, false, err
 	}
 	i := slices.IndexFunc(cn.Spec.Drivers, func(d csiNodeEntry) bool { return d.Name == driverName })
 	if i < 0 {
-		return entry, false, fmt.Errorf("CSINode %s lists no %s", e.node, driverName)
+		return entry, false, fmt.Errorf("CSINode %s lists no %s", node, driverName)
 	}
 	return cn.Spec.Drivers[i], true, nil
 }

@@ -127,15 +127,21 @@ func TestSnapshotRestore(t *testing.T) {
 // not appear in the source.
 func (e *environment) checkCopy(t *testing.T, ns string, src, dst pv, acked int, what string) {
 	t.Helper()
-	if got, want := dst.nodeAffinity(), topologyKey+" in ["+e.node+"]"; got != want {
+	e.checkCopyIn(t, ns, "reader", src, dst, acked, what)
+}
+
+// checkCopyIn is checkCopy with the copy mounted in the pod reader: on the source's node.
+func (e *environment) checkCopyIn(t *testing.T, ns, reader string, src, dst pv, acked int, what string) {
+	t.Helper()
+	if got, want := dst.nodeAffinity(), src.nodeAffinity(); got != want || want == "" {
 		t.Errorf("%s: volume %s node affinity %q, want %q", what, dst.Metadata.Name, got, want)
 	}
 	if dst.Spec.CSI.VolumeHandle == src.Spec.CSI.VolumeHandle {
 		t.Fatalf("%s has the source's volume handle %s", what, dst.Spec.CSI.VolumeHandle)
 	}
-	e.checkSourceFiles(t, ns, "reader", what)
-	checkRecords(t, what, []byte(e.sh(t, ns, "reader", "cat /data/log")), acked)
-	e.sh(t, ns, "reader", "echo copy > /data/only-in-the-copy && sync /data/only-in-the-copy")
+	e.checkSourceFiles(t, ns, reader, what)
+	checkRecords(t, what, []byte(e.sh(t, ns, reader, "cat /data/log")), acked)
+	e.sh(t, ns, reader, "echo copy > /data/only-in-the-copy && sync /data/only-in-the-copy")
 	if out := e.sh(t, ns, "writer", "ls /data"); strings.Contains(out, "only-in-the-copy") {
 		t.Errorf("a file written to %s appears in the source: %q", what, out)
 	}

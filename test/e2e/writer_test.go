@@ -54,7 +54,14 @@ func (e *environment) startWriter(t *testing.T, ns, name, claim string) *writer 
 // follows its reports.
 func (e *environment) startWriterWith(t *testing.T, ns, name, claim, script string) *writer {
 	t.Helper()
-	e.startPod(t, ns, podSpec{name: name, volumes: []podVolume{{claim: claim, path: "/data"}}, script: script})
+	return e.startWriterPod(t, ns, podSpec{name: name, volumes: []podVolume{{claim: claim, path: "/data"}}, script: script})
+}
+
+// startWriterPod starts a pod of spec, whose script is a writer of records, and follows its reports.
+func (e *environment) startWriterPod(t *testing.T, ns string, spec podSpec) *writer {
+	t.Helper()
+	name := spec.name
+	e.startPod(t, ns, spec)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd, stream, err := e.follow(ctx, "logs", "-f", "-n", ns, name)
 	if err != nil {

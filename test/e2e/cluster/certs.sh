@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# certs.sh <node-ip> <node-name>: the cluster's CA, the certificates and keys of its parts, the
-# service-account key pair, and one kubeconfig per client (certificates embedded), under
-# /var/lib/csi-fat-e2e. Run by up.sh; every bring-up gets a fresh CA.
+# certs.sh <apiserver-ip> <node-name>...: the cluster's CA, the certificates and keys of its parts,
+# the service-account key pair, and one kubeconfig per client (certificates embedded), under
+# /var/lib/csi-fat-e2e: the kubelet's is kubelet.kubeconfig for a single node, else
+# kubelet-<node>.kubeconfig for each. Run by up.sh; every bring-up gets a fresh CA.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 node_ip=$1
-node_name=$2
+shift
+node_names=("$@")
 
 mkdir -p "$PKI"
 cd "$PKI"
@@ -48,7 +50,16 @@ client controller-manager "/CN=system:kube-controller-manager"
 client scheduler "/CN=system:kube-scheduler"
 client kube-proxy "/CN=system:kube-proxy"
 # The Node authorizer only lets a kubelet act for the node its certificate names.
-client kubelet "/O=system:nodes/CN=system:node:$node_name"
+kubelets=()
+if [ ${#node_names[@]} -eq 1 ]; then
+	client kubelet "/O=system:nodes/CN=system:node:${node_names[0]}"
+	kubelets=(kubelet)
+else
+	for n in "${node_names[@]}"; do
+		client "kubelet-$n" "/O=system:nodes/CN=system:node:$n"
+		kubelets+=("kubelet-$n")
+	done
+fi
 client apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 # The snapshot controller runs on the host too; up.sh grants this user what it needs (RBAC).
 client snapshot-controller "/CN=csi-fat-e2e:snapshot-controller"
@@ -81,7 +92,7 @@ EOF
 	chmod 600 "$file"
 }
 
-for c in controller-manager scheduler kube-proxy kubelet snapshot-controller; do
+for c in controller-manager scheduler kube-proxy "${kubelets[@]}" snapshot-controller; do
 	kubeconfig "$CONF/$c.kubeconfig" "$c"
 done
 kubeconfig "$KUBECONFIG_ADMIN" admin

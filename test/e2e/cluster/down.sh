@@ -14,10 +14,32 @@ quiet=false
 lock_cluster
 
 # Mount points under the trees the cluster mounts into, deepest first.
-MOUNT_PATTERN='^(/var/lib/kubelet|/run/containerd|/run/netns/cni-)'
+# A cluster of several nodes has its nodes' directories and the files of their mount namespaces.
+MOUNT_PATTERN="^(/var/lib/kubelet|/run/containerd|/run/netns/cni-|/run/netns/$NODE_NET_PREFIX|$NODES/|$NODE_RUN_DIR)"
 cluster_mounts() {
 	awk '{print $5}' /proc/self/mountinfo | while read -r m; do printf '%b\n' "$m"; done |
 		grep -E "$MOUNT_PATTERN" | sort -r -u
+}
+
+# node_netns_left: the network namespaces of a cluster of several nodes.
+node_netns_left() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NODE_NET_PREFIX" || true; }
+
+# containerds: the socket of every containerd of the cluster (the host's, each node's).
+containerds() {
+	local s
+	for s in "$CONTAINERD_SOCK" "$NODE_RUN_DIR"/*/containerd.sock; do
+		[ -S "$s" ] && echo "$s"
+	done
+	return 0
+}
+
+# recorded <daemon>: the names of that daemon's recorded pids, the host's and each node's.
+recorded() {
+	local f
+	for f in "$PIDS/$1.pid" "$PIDS/$1"-node-*.pid; do
+		[ -f "$f" ] && basename "$f" .pid
+	done
+	return 0
 }
 
 kube_chains_left() {
@@ -28,6 +50,8 @@ kube_chains_left() {
 
 anything_up() {
 	[ -d "$PIDS" ] || [ -f "$HOST_STATE" ] || [ -d "$CONF" ] || [ -d /var/lib/kubelet ] || [ -d /run/containerd ] ||
+		[ -d "$NODES" ] || [ -d "$NODE_RUN_DIR" ] || [ -n "$(node_netns_left)" ] ||
+		ip link show "$NODE_BRIDGE" >/dev/null 2>&1 || [ -d "/sys/fs/cgroup/memory/$CGROUP_PARENT" ] ||
 		[ -n "$(cluster_mounts)" ] || ip link show cni0 >/dev/null 2>&1 || kube_chains_left ||
 		[ -n "$(cluster_processes)" ]
 }
@@ -38,7 +62,12 @@ if ! anything_up; then
 fi
 log "stopping the cluster"
 
-running_tasks() { ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING" {print $1}'; }
+running_tasks() {
+	local s
+	for s in $(containerds); do
+		ctr --address "$s" -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING" {print $1}'
+	done
+}
 no_running_tasks() { [ -z "$(running_tasks)" ]; }
 
 # pods: "namespace name owner-kind" of each pod.
@@ -72,8 +101,11 @@ delete_pods() {
 # deleted without their pods, and then the pods, those using the CSI node plugin's volumes before
 # the plugin (a DaemonSet pod) that unmounts them.
 delete_workloads() {
-	pid_alive kubelet >/dev/null && pid_alive kube-apiserver >/dev/null && [ -f "$KUBECONFIG_ADMIN" ] || return 0
-	local before
+	local k kubelets=false before
+	for k in $(recorded kubelet); do
+		pid_alive "$k" >/dev/null && kubelets=true
+	done
+	$kubelets && pid_alive kube-apiserver >/dev/null && [ -f "$KUBECONFIG_ADMIN" ] || return 0
 	before=$(pods)
 	kubectl_admin delete deployments,statefulsets,replicasets,jobs,cronjobs,replicationcontrollers,daemonsets \
 		--all -A --cascade=orphan --wait=false >/dev/null 2>&1
@@ -108,12 +140,13 @@ stop() {
 }
 
 kill_leftover_tasks() {
-	pid_alive containerd >/dev/null || return 0
-	local task
-	for task in $(ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do
-		log "killing leftover task $task"
-		ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1
-		ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks delete -f "$task" >/dev/null 2>&1
+	local task s
+	for s in $(containerds); do
+		for task in $(timeout 10 ctr --address "$s" -n k8s.io tasks ls -q 2>/dev/null); do
+			log "killing leftover task $task"
+			ctr --address "$s" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1
+			ctr --address "$s" -n k8s.io tasks delete -f "$task" >/dev/null 2>&1
+		done
 	done
 }
 
@@ -123,14 +156,13 @@ kill_stragglers() {
 	while read -r pid; do
 		log "killing pid $pid left in a pod cgroup: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
 		kill -KILL "$pid" 2>/dev/null
-	done < <(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
-		/sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+	done < <(find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/"$CGROUP_PARENT" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
 	local shim exe args
 	shim=$(command -v containerd-shim-runc-v2) || return 0
 	while read -r pid exe; do
 		[ "$exe" = "$shim" ] || continue
 		args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)
-		[[ $args == *"-namespace k8s.io "* && $args == *"-address $CONTAINERD_SOCK "* ]] || continue
+		[[ $args == *"-namespace k8s.io "* && ($args == *"-address $CONTAINERD_SOCK "* || $args == *"-address $NODE_RUN_DIR/"*) ]] || continue
 		log "killing leftover shim $pid"
 		kill -KILL "$pid" 2>/dev/null
 	done < <(process_binaries)
@@ -151,7 +183,7 @@ remove_iptables() {
 	iface=$(host_state interface | cut -d' ' -f1)
 	[ -n "$iface" ] || iface=$(outward_interface)
 	[ -n "$iface" ] || return 0
-	for spec in "-d $SERVICE_CIDR" "-d $POD_CIDR" "-s $POD_CIDR"; do
+	for spec in "${SAFETY_SPECS[@]}"; do
 		# shellcheck disable=SC2086 # spec is two words on purpose
 		while iptables -w -t mangle -C POSTROUTING -o "$iface" $spec -j DROP 2>/dev/null; do
 			iptables -w -t mangle -D POSTROUTING -o "$iface" $spec -j DROP
@@ -169,9 +201,22 @@ unmount_all() {
 	done
 }
 
+# The nodes' network namespaces (their veths go with them; the host's ends and routes too), the
+# bridge, and the mount namespaces' files (unmounted with the cluster's mounts).
+remove_node_networks() {
+	local ns
+	for ns in $(node_netns_left); do
+		ip netns delete "$ns" || log "cannot delete network namespace $ns"
+	done
+	if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+		ip link delete "$NODE_BRIDGE"
+	fi
+	return 0
+}
+
 remove_cgroups() {
 	local d
-	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/"$CGROUP_PARENT"; do
 		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
 	done
 	return 0
@@ -193,11 +238,19 @@ remove_dir() {
 remove_state() {
 	local d
 	for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers \
-		"$RUN/etcd" "$PKI" "$CONF" "$PIDS" "$KUBECONFIG_ADMIN"; do
+		"$RUN/etcd" "$PKI" "$CONF" "$PIDS" "$KUBECONFIG_ADMIN" "$NODES" "$NODE_RUN_DIR" "$NODE_COUNT_FILE"; do
 		remove_dir "$d"
 	done
+	# The nodes' bind targets up.sh made on the host.
+	for d in "${NODE_LOCAL_DIRS[@]}"; do
+		host_state existed | awk '{print $1}' | grep -q -x -F "$d" || rmdir "$d" 2>/dev/null
+	done
 	rm -f /run/netns/cni-*
-	host_state existed | grep -q /run/netns || rmdir /run/netns 2>/dev/null
+	if ! host_state existed | grep -q /run/netns; then
+		# ip netns makes /run/netns a mount of its own.
+		mountpoint -q /run/netns && umount /run/netns
+		rmdir /run/netns 2>/dev/null
+	fi
 	return 0
 }
 
@@ -237,7 +290,15 @@ report_leftovers() {
 		log "link cni0 left"
 		left=1
 	}
-	ls -d /sys/fs/cgroup/*/kubepods >/dev/null 2>&1 && {
+	[ -z "$(node_netns_left)" ] || {
+		log "network namespaces left: $(node_netns_left | tr '\n' ' ')"
+		left=1
+	}
+	ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && {
+		log "link $NODE_BRIDGE left"
+		left=1
+	}
+	ls -d /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/"$CGROUP_PARENT" >/dev/null 2>&1 && {
 		log "kubepods cgroups left"
 		left=1
 	}
@@ -245,15 +306,18 @@ report_leftovers() {
 }
 
 delete_workloads
-stop kube-proxy kubelet kube-scheduler kube-controller-manager snapshot-controller
+# shellcheck disable=SC2046 # one name per word
+stop $(recorded kube-proxy) $(recorded kubelet) kube-scheduler kube-controller-manager snapshot-controller
 kill_leftover_tasks
-stop containerd
+# shellcheck disable=SC2046 # one name per word
+stop $(recorded containerd)
 kill_stragglers
 # The API server waits for etcd while it shuts down: etcd only after it.
 stop kube-apiserver
 stop etcd
 log "stopped ($((SECONDS - start)) s)"
 remove_iptables
+remove_node_networks
 unmount_all
 ip link show cni0 >/dev/null 2>&1 && ip link delete cni0
 remove_cgroups

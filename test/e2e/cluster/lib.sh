@@ -15,6 +15,11 @@ LOGS=$RUN/logs
 HOST_STATE=$RUN/host-state
 KUBECONFIG_ADMIN=$RUN/admin.kubeconfig
 
+# What no packet may carry out of the default route's interface (up.sh installs a DROP rule for
+# each in mangle POSTROUTING, down.sh removes them): to the service or pod ranges, from the pod
+# range or the nodes' own network.
+SAFETY_SPECS=("-d 10.96.0.0/12" "-d 10.244.0.0/16" "-s 10.244.0.0/16" "-s 10.200.0.0/24")
+
 SERVICE_CIDR=10.96.0.0/12
 SERVICE_IP=10.96.0.1
 POD_CIDR=10.244.0.0/16
@@ -61,6 +66,62 @@ node_ip() {
 
 node_name() { hostname | tr '[:upper:]' '[:lower:]'; }
 
+# Several nodes (up.sh <count> with a count above 1): each node is node-<i>, with a network
+# namespace of its own (NODE_NET_PREFIX<i>, a veth on the host's bridge NODE_BRIDGE, address
+# 10.200.0.<10+i>), a mount namespace of its own (a file under NODE_NS_DIR) in which the host
+# directories of NODE_LOCAL_DIRS are bind mounts of the node's own under $NODES/node-<i>, its own
+# containerd (socket, root and state under the node's directories), kubelet (cgroup root
+# /csi-fat-e2e/node-<i>) and kube-proxy. A cluster of one node is the host itself.
+NODES=$RUN/nodes
+NODE_COUNT_FILE=$RUN/node-count
+NODE_NS_DIR=/run/csi-fat-e2e/ns
+NODE_RUN_DIR=/run/csi-fat-e2e
+NODE_NET_PREFIX=csi-fat-e2e-
+NODE_BRIDGE=csife2e0
+NODE_NET=10.200.0.0/24
+NODE_GATEWAY=10.200.0.1
+CGROUP_PARENT=csi-fat-e2e
+# The host paths a node sees as its own: the kubelet's root, CNI's IP allocations, the pods' logs,
+# the chart's default pool and state, and the end-to-end tests' host side.
+NODE_LOCAL_DIRS=(/var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /var/lib/csi-fat /var/lib/csi-fat-e2e/tests)
+
+# node_count: how many nodes the running (or last started) cluster has; 1 when unknown.
+node_count() { cat "$NODE_COUNT_FILE" 2>/dev/null || echo 1; }
+# node_names <count>: the nodes' names, one a line.
+node_names() {
+	local n=$1 i
+	if [ "$n" -eq 1 ]; then
+		node_name
+		return
+	fi
+	for ((i = 1; i <= n; i++)); do echo "node-$i"; done
+}
+# node_index <name>: i of node-<i>.
+node_index() { echo "${1#node-}"; }
+node_address() { echo "10.200.0.$((10 + $(node_index "$1")))"; }
+node_netns() { echo "$NODE_NET_PREFIX$1"; }
+node_mntns() { echo "$NODE_NS_DIR/$1"; }
+node_dir() { echo "$NODES/$1"; }
+node_pod_subnet() { echo "10.244.$(node_index "$1").0/24"; }
+node_pod_gateway() { echo "10.244.$(node_index "$1").1"; }
+node_containerd_sock() { echo "$NODE_RUN_DIR/$1/containerd.sock"; }
+# in_node <name> <command...>: runs the command in the node's network and mount namespaces.
+in_node() {
+	local name=$1
+	shift
+	nsenter --net="/run/netns/$(node_netns "$name")" --mount="$(node_mntns "$name")" -- "$@"
+}
+# containerd_socks: the socket of every node's containerd.
+containerd_socks() {
+	local n name
+	n=$(node_count)
+	if [ "$n" -eq 1 ]; then
+		echo "$CONTAINERD_SOCK"
+		return
+	fi
+	for name in $(node_names "$n"); do node_containerd_sock "$name"; done
+}
+
 # wait_for <seconds> <what> <command...>: runs the command every 0.2 s until it succeeds.
 wait_for() {
 	local limit=$1 what=$2
@@ -104,7 +165,7 @@ cluster_processes() {
 		case $exe in
 		"$BIN"/etcd | "$BIN"/kube-apiserver | "$BIN"/kube-controller-manager | "$BIN"/kube-scheduler | \
 			"$BIN"/kubelet | "$BIN"/kube-proxy | "$BIN"/snapshot-controller) ;;
-		*/containerd) tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--config $CONF/containerd.toml" || continue ;;
+		*/containerd) tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -E -- "--config $CONF/(node-[0-9]+/)?containerd.toml" || continue ;;
 		*) continue ;;
 		esac
 		echo "$pid ${exe##*/}"
@@ -124,13 +185,24 @@ lock_cluster() {
 	export CSI_FAT_E2E_LOCK_HELD=1
 }
 
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler snapshot-controller containerd kube-proxy kubelet)
+CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager kube-scheduler snapshot-controller)
+NODE_DAEMONS=(containerd kube-proxy kubelet)
 
-# cluster_running: every part runs and the node is Ready.
+# daemon_name <daemon> <node>: the name its pid is recorded under; a single node's are unsuffixed.
+daemon_name() {
+	if [ "$(node_count)" -eq 1 ]; then echo "$1"; else echo "$1-$2"; fi
+}
+
+# cluster_running: every part runs and every node is Ready.
 cluster_running() {
-	local name
-	for name in "${DAEMONS[@]}"; do
+	local name node
+	for name in "${CONTROL_PLANE[@]}"; do
 		pid_alive "$name" >/dev/null || return 1
 	done
-	[ "$(kubectl_admin get node "$(node_name)" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+	for node in $(node_names "$(node_count)"); do
+		for name in "${NODE_DAEMONS[@]}"; do
+			pid_alive "$(daemon_name "$name" "$node")" >/dev/null || return 1
+		done
+		[ "$(kubectl_admin get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || return 1
+	done
 }

@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Starts a single-node Kubernetes cluster on this machine from what build.sh put in the cache, and
-# waits until pods can be created. A cluster left half up is stopped first with down.sh; one that
-# runs whole is left as it is (its images are imported again).
+# up.sh [nodes]: starts a Kubernetes cluster of that many nodes (default 1, or
+# $CSI_FAT_E2E_NODES) on this machine from what build.sh put in the cache, and waits until pods
+# can be created. One node is the host itself; with several, each node has network and mount
+# namespaces of its own (lib.sh). A cluster left half up is stopped first with down.sh; one that
+# runs whole with as many nodes is left as it is (its images are imported again).
 # Everything the host had before is recorded in /var/lib/csi-fat-e2e/host-state for down.sh.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 require_root
 start=$SECONDS
+COUNT=${1:-${CSI_FAT_E2E_NODES:-1}}
+[[ $COUNT =~ ^[1-9]$ ]] || die "the node count must be 1 to 9, not $COUNT"
 
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd snapshot-controller; do
 	[ -x "$BIN/$b" ] || die "$BIN/$b is missing: run test/e2e/cluster/build.sh"
 done
 compgen -G "$CRDS/snapshot.storage.k8s.io_*.yaml" >/dev/null || die "no snapshot CRDs in $CRDS: run test/e2e/cluster/build.sh"
 [ -f "$IMAGES/pause.tar" ] || die "$IMAGES/pause.tar is missing: run test/e2e/cluster/build.sh"
-for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
+for b in containerd containerd-shim-runc-v2 runc ctr iptables nsenter unshare; do
 	command -v "$b" >/dev/null || die "$b is missing: run test/e2e/cluster/build.sh"
 done
 
 lock_cluster
 # A running cluster may be in use: leave it be (down.sh first to start afresh); a half-up one goes.
 if cluster_running; then
+	[ "$(node_count)" -eq "$COUNT" ] ||
+		die "a cluster of $(node_count) node(s) runs: down.sh first to start one of $COUNT"
 	"$CLUSTER_DIR/load-images.sh"
 	log "the cluster is already up (down.sh first to start afresh): export KUBECONFIG=$KUBECONFIG_ADMIN"
 	exit 0
@@ -28,11 +34,12 @@ fi
 
 iface=$(outward_interface)
 [ -n "$iface" ] || die "no default route: cannot tell the node's address"
-NODE_IP=$(node_ip) || die "no IPv4 address on $iface"
-NODE_NAME=$(node_name)
-log "node $NODE_NAME at $NODE_IP ($iface)"
-
-mkdir -p "$RUN" "$PKI" "$CONF/cni" "$PIDS" "$LOGS"
+# The API server's address: the host's; a single node's too.
+HOST_IP=$(node_ip) || die "no IPv4 address on $iface"
+mkdir -p "$RUN" "$PKI" "$CONF" "$PIDS" "$LOGS"
+echo "$COUNT" >"$NODE_COUNT_FILE"
+mapfile -t NODE_NAMES < <(node_names "$COUNT")
+log "$COUNT node(s): ${NODE_NAMES[*]}; API server at $HOST_IP ($iface)"
 rm -f "$LOGS"/*.log
 
 record_host_state() {
@@ -46,6 +53,9 @@ record_host_state() {
 			echo "propagation $m $(findmnt -n -o PROPAGATION --mountpoint "$m")"
 		done
 		[ -d /run/netns ] && echo "existed /run/netns"
+		for m in "${NODE_LOCAL_DIRS[@]}"; do
+			[ -d "$m" ] && echo "existed $m"
+		done
 		true
 	} >"$HOST_STATE"
 }
@@ -55,23 +65,30 @@ record_host_state() {
 # DNAT, so it only catches packets that would really leave.
 install_safety_rules() {
 	local spec
-	for spec in "-d $SERVICE_CIDR" "-d $POD_CIDR" "-s $POD_CIDR"; do
+	for spec in "${SAFETY_SPECS[@]}"; do
 		# shellcheck disable=SC2086 # spec is two words on purpose
 		iptables -w -t mangle -I POSTROUTING -o "$iface" $spec -j DROP
 	done
 }
 
-# start_daemon <name> <binary> <args...>: runs it in its own session with its log under logs/; the
-# process writes its own pid before it becomes the binary, so the pid is right even if setsid forks.
+# The command a node's daemons start through: nothing for the host, nsenter into its namespaces
+# for a node of its own (node_vars sets it).
+IN_NODE=()
+
+# start_daemon <name> <binary> <args...>: runs it (through IN_NODE) in its own session with its log
+# under logs/; the process writes its own pid before it becomes the binary, so the pid is right
+# even if setsid forks.
 # It keeps no other descriptor of ours: not the lock's (9), which would outlive up.sh, nor a pipe
 # of whatever ran up.sh, which would then wait for the daemon.
 start_daemon() {
 	local name=$1 binary=$2
 	shift 2
 	echo "$binary" >"$PIDS/$name.exe"
+	# How it was started, for node.sh to start a node's daemons again.
+	printf '%s\0' "${IN_NODE[@]}" "$binary" "$@" >"$PIDS/$name.cmd"
 	rm -f "$PIDS/$name.pid"
 	# shellcheck disable=SC2016 # expanded by the inner bash
-	setsid bash -c 'echo $$ >"$0"
+	"${IN_NODE[@]}" setsid bash -c 'echo $$ >"$0"
 		for fd in /proc/$$/fd/*; do
 			fd=${fd##*/}
 			[ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
@@ -99,13 +116,34 @@ await() {
 	log "$what ($((SECONDS - start)) s)"
 }
 
+# node_vars <name>: sets what the configuration of that node uses: NODE_NAME, NODE_IP, NODE_CONF
+# (its configuration directory), SOCK, CONTAINERD_ROOT, CONTAINERD_STATE, NODE_POD_SUBNET,
+# NODE_POD_GATEWAY, CGROUP_ROOT ("" for the host's default), IN_NODE and SUFFIX (of its daemons' names).
+node_vars() {
+	NODE_NAME=$1
+	if [ "$COUNT" -eq 1 ]; then
+		NODE_IP=$HOST_IP NODE_CONF=$CONF SOCK=$CONTAINERD_SOCK
+		CONTAINERD_ROOT=/var/lib/containerd CONTAINERD_STATE=/run/containerd
+		NODE_POD_SUBNET=$POD_SUBNET NODE_POD_GATEWAY=$POD_GATEWAY CGROUP_ROOT="" SUFFIX=""
+		IN_NODE=()
+		return
+	fi
+	NODE_IP=$(node_address "$NODE_NAME") NODE_CONF=$CONF/$NODE_NAME SOCK=$(node_containerd_sock "$NODE_NAME")
+	CONTAINERD_ROOT=$(node_dir "$NODE_NAME")/containerd CONTAINERD_STATE=$NODE_RUN_DIR/$NODE_NAME/containerd
+	NODE_POD_SUBNET=$(node_pod_subnet "$NODE_NAME") NODE_POD_GATEWAY=$(node_pod_gateway "$NODE_NAME")
+	CGROUP_ROOT=/$CGROUP_PARENT/$NODE_NAME SUFFIX=-$NODE_NAME
+	# A plain command, not lib.sh's in_node: a function run in the background would keep a shell
+	# (and the lock's descriptor) waiting beside the daemon.
+	IN_NODE=(nsenter --net="/run/netns/$(node_netns "$NODE_NAME")" --mount="$(node_mntns "$NODE_NAME")" --)
+}
+
 write_containerd_config() {
-	cat >"$CONF/containerd.toml" <<EOF
+	cat >"$NODE_CONF/containerd.toml" <<EOF
 version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
+root = "$CONTAINERD_ROOT"
+state = "$CONTAINERD_STATE"
 [grpc]
-  address = "$CONTAINERD_SOCK"
+  address = "$SOCK"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   # The kubelet asks for negative oom_score_adj values; without CAP_SYS_RESOURCE runc then fails
@@ -120,13 +158,14 @@ state = "/run/containerd"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$CONF/cni"
+    conf_dir = "$NODE_CONF/cni"
 EOF
 }
 
 # One bridge; no masquerading, since nothing in the tests needs to leave the machine.
 write_cni_config() {
-	cat >"$CONF/cni/10-csi-fat-e2e.conflist" <<EOF
+	mkdir -p "$NODE_CONF/cni"
+	cat >"$NODE_CONF/cni/10-csi-fat-e2e.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "csi-fat-e2e",
@@ -139,7 +178,7 @@ write_cni_config() {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY"}]],
+        "ranges": [[{"subnet": "$NODE_POD_SUBNET", "gateway": "$NODE_POD_GATEWAY"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
@@ -150,13 +189,13 @@ EOF
 }
 
 write_kubelet_config() {
-	cat >"$CONF/kubelet.yaml" <<EOF
+	cat >"$NODE_CONF/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This host has cgroup v1 (hybrid); 1.37 refuses it unless told otherwise.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+containerRuntimeEndpoint: unix://$SOCK
 address: $NODE_IP
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
@@ -176,10 +215,12 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
 EOF
+	# A node of its own puts its pods' cgroups under a parent of its own, beside the others'.
+	[ -z "$CGROUP_ROOT" ] || echo "cgroupRoot: $CGROUP_ROOT" >>"$NODE_CONF/kubelet.yaml"
 }
 
 write_kube_proxy_config() {
-	cat >"$CONF/kube-proxy.yaml" <<EOF
+	cat >"$NODE_CONF/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
@@ -249,7 +290,73 @@ EOF
 }
 
 node_ready() {
-	[ "$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+	[ "$(kubectl_admin get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+# make_node_namespaces <name>: the node's network namespace, wired to the host's bridge by a veth
+# pair, with the route to its pods on the host; its mount namespace, a slave of the host's (mounts
+# on the host, a test's pool say, show through), where each of NODE_LOCAL_DIRS is a bind mount of
+# the node's own directory; its cgroup parent in every hierarchy.
+make_node_namespaces() {
+	local name=$1 netns addr dir d h
+	netns=$(node_netns "$name")
+	addr=$(node_address "$name")
+	ip netns add "$netns"
+	ip link add "ve-$name" type veth peer name "vp-$name"
+	ip link set "vp-$name" netns "$netns"
+	ip -n "$netns" link set "vp-$name" name eth0
+	ip -n "$netns" addr add "$addr/24" dev eth0
+	ip -n "$netns" link set lo up
+	ip -n "$netns" link set eth0 up
+	ip -n "$netns" route add default via "$NODE_GATEWAY"
+	ip link set "ve-$name" master "$NODE_BRIDGE" up
+	ip route add "$(node_pod_subnet "$name")" via "$addr"
+
+	dir=$(node_dir "$name")
+	mkdir -p "$dir" "$NODE_RUN_DIR/$name"
+	touch "$(node_mntns "$name")"
+	unshare --mount="$(node_mntns "$name")" --propagation slave true
+	for d in "${NODE_LOCAL_DIRS[@]}"; do
+		mkdir -p "$dir/root$d" "$d"
+		nsenter --mount="$(node_mntns "$name")" -- mount --bind "$dir/root$d" "$d"
+	done
+	# The kubelet leaves its root as it finds it when it is a mount point already, and a pod's
+	# Bidirectional mount of it (the driver's) needs it shared: shared and still a slave of the
+	# host's, so the host's mounts under it show through.
+	nsenter --mount="$(node_mntns "$name")" -- mount --make-shared /var/lib/kubelet
+
+	for h in /sys/fs/cgroup/*/; do
+		mkdir -p "$h$CGROUP_PARENT/$name"
+		if [ -f "$h/cpuset.cpus" ]; then
+			for d in "$h$CGROUP_PARENT" "$h$CGROUP_PARENT/$name"; do
+				cat "$h/cpuset.cpus" >"$d/cpuset.cpus"
+				cat "$h/cpuset.mems" >"$d/cpuset.mems"
+			done
+		fi
+	done
+}
+
+# start_node <name>: the node's containerd (and its images), kube-proxy and kubelet.
+start_node() {
+	node_vars "$1"
+	mkdir -p "$NODE_CONF"
+	write_containerd_config
+	write_cni_config
+	write_kubelet_config
+	write_kube_proxy_config
+	start_daemon "containerd$SUFFIX" "$(command -v containerd)" --config "$NODE_CONF/containerd.toml"
+	await "containerd$SUFFIX" 30 "containerd of $NODE_NAME ready" ctr --address "$SOCK" version
+	CONTAINERD_ADDRESS=$SOCK "$CLUSTER_DIR/load-images.sh"
+	# kube-proxy first: a pod's first request to the kubernetes Service must find its rules in place.
+	start_daemon "kube-proxy$SUFFIX" "$BIN/kube-proxy" --config="$NODE_CONF/kube-proxy.yaml"
+	start_daemon "kubelet$SUFFIX" "$BIN/kubelet" \
+		--config="$NODE_CONF/kubelet.yaml" --kubeconfig="$(kubelet_kubeconfig "$NODE_NAME")" \
+		--node-ip="$NODE_IP" --hostname-override="$NODE_NAME"
+	IN_NODE=()
+}
+
+kubelet_kubeconfig() {
+	if [ "$COUNT" -eq 1 ]; then echo "$CONF/kubelet.kubeconfig"; else echo "$CONF/kubelet-$1.kubeconfig"; fi
 }
 
 record_host_state
@@ -260,19 +367,26 @@ for m in "${SHARED_MOUNTS[@]}"; do
 	mount --make-shared "$m"
 done
 
-"$CLUSTER_DIR/certs.sh" "$NODE_IP" "$NODE_NAME"
-write_containerd_config
-write_cni_config
-write_kubelet_config
-write_kube_proxy_config
-log "certificates and configuration ($((SECONDS - start)) s)"
+"$CLUSTER_DIR/certs.sh" "$HOST_IP" "${NODE_NAMES[@]}"
+if [ "$COUNT" -gt 1 ]; then
+	# The namespaces' files live on a private mount: a mount namespace may not be bound where
+	# it would propagate.
+	mkdir -p "$NODE_NS_DIR"
+	mount --bind "$NODE_NS_DIR" "$NODE_NS_DIR"
+	mount --make-private "$NODE_NS_DIR"
+	ip link add "$NODE_BRIDGE" type bridge
+	ip addr add "$NODE_GATEWAY/24" dev "$NODE_BRIDGE"
+	ip link set "$NODE_BRIDGE" up
+	for n in "${NODE_NAMES[@]}"; do make_node_namespaces "$n"; done
+fi
+log "certificates, configuration and namespaces ($((SECONDS - start)) s)"
 
 start_daemon etcd "$BIN/etcd" --data-dir "$RUN/etcd"
 await etcd 30 "etcd ready" grep -q "etcd ready" "$LOGS/etcd.log"
 
 start_daemon kube-apiserver "$BIN/kube-apiserver" \
 	--etcd-servers=http://127.0.0.1:2379 \
-	--advertise-address="$NODE_IP" --bind-address="$NODE_IP" --secure-port=6443 \
+	--advertise-address="$HOST_IP" --bind-address="$HOST_IP" --secure-port=6443 \
 	--service-cluster-ip-range="$SERVICE_CIDR" \
 	--allow-privileged=true \
 	--client-ca-file="$PKI/ca.crt" \
@@ -308,17 +422,10 @@ start_daemon snapshot-controller "$BIN/snapshot-controller" \
 	--kubeconfig="$CONF/snapshot-controller.kubeconfig" --leader-election=false \
 	--enable-distributed-snapshotting --feature-gates=CSIVolumeGroupSnapshot=false --v=2
 await snapshot-controller 30 "snapshot controller started" grep -q "Starting snapshot controller" "$LOGS/snapshot-controller.log"
-start_daemon containerd "$(command -v containerd)" --config "$CONF/containerd.toml"
-await containerd 30 "containerd ready" ctr --address "$CONTAINERD_SOCK" version
-
-"$CLUSTER_DIR/load-images.sh"
-
-# kube-proxy first: a pod's first request to the kubernetes Service must find its rules in place.
-start_daemon kube-proxy "$BIN/kube-proxy" --config="$CONF/kube-proxy.yaml"
-start_daemon kubelet "$BIN/kubelet" \
-	--config="$CONF/kubelet.yaml" --kubeconfig="$CONF/kubelet.kubeconfig" \
-	--node-ip="$NODE_IP" --hostname-override="$NODE_NAME"
-await kubelet 60 "node $NODE_NAME ready" node_ready
+for n in "${NODE_NAMES[@]}"; do start_node "$n"; done
+for n in "${NODE_NAMES[@]}"; do
+	await "$(daemon_name kubelet "$n")" 90 "node $n ready" node_ready "$n"
+done
 
 # The kubelet sets kernel.panic=10 and kernel.panic_on_oops=1 when it starts (and checks them only
 # then): on a shared test machine an oops must not reboot it, so those go back at once.
