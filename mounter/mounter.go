@@ -120,18 +120,14 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 		if req.Op == protocol.OpWatch {
 			// Never answered: the connection ends with the process, or when the plugin that
-			// watched is gone (a restarted plugin watches anew).
-			peer := make(chan struct{})
-			go func() {
-				var b [1]byte
-				c.SetReadDeadline(time.Time{})
-				c.Read(b[:])
-				close(peer)
-			}()
-			select {
-			case <-s.exit:
-			case <-peer:
-			}
+			// watched is gone (a restarted plugin watches anew). Not when this server quits: the
+			// process's descriptors close only once every thread of it has ended, and until then
+			// a thread of its FUSE server may still read requests from the connection, which it
+			// would never answer. The plugin starts a takeover at this connection's end (after a
+			// hand-over too), and the next server's resend must come after the last such read.
+			var b [1]byte
+			c.SetReadDeadline(time.Time{})
+			c.Read(b[:])
 			return
 		}
 		if req.Op == protocol.OpDescriptors {
