@@ -11,10 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
+	"github.com/csi-fat/csi-fat/bench/internal/gnutime"
 	"github.com/csi-fat/csi-fat/fatvol"
 	"github.com/csi-fat/csi-fat/fatvol/blockdev"
 	"github.com/csi-fat/csi-fat/fatvol/mkfs"
@@ -65,7 +65,7 @@ func run(bin, image string, size int64, files, perDir, bytes int) error {
 	} {
 		best := result{name: c.name}
 		for round := 0; round < 2; round++ {
-			rss, wall, cpu, err := measure(c.argv)
+			rss, wall, cpu, err := gnutime.Measure(c.argv)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -84,32 +84,6 @@ func run(bin, image string, size int64, files, perDir, bytes int) error {
 	fmt.Printf("memory: %.1f MiB over fsck.fat's (goal: at most 32); time: %.2fx faster than fsck.fat (goal: at least 2x)\n",
 		float64(ours.rss-theirs.rss)/1024, theirs.wall.Seconds()/ours.wall.Seconds())
 	return nil
-}
-
-// measure runs argv under GNU time, whose small process forks it: a child of this process would
-// report this one's resident memory as its own peak (Linux keeps the high-water mark of the
-// forked copy across exec). It returns the peak resident memory in KiB, the wall time and the
-// CPU time.
-func measure(argv []string) (rss int64, wall, cpu time.Duration, err error) {
-	f, err := os.CreateTemp("", "fsckmem-time")
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer os.Remove(f.Name())
-	f.Close()
-	cmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M %e %U %S", "-o", f.Name()}, argv...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, 0, 0, fmt.Errorf("%v\n%s", err, out)
-	}
-	b, err := os.ReadFile(f.Name())
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	var e, u, s float64
-	if _, err := fmt.Sscanf(string(b), "%d %f %f %f", &rss, &e, &u, &s); err != nil {
-		return 0, 0, 0, fmt.Errorf("GNU time's answer %q: %v", b, err)
-	}
-	return rss, time.Duration(e * float64(time.Second)), time.Duration((u + s) * float64(time.Second)), nil
 }
 
 // build writes a FAT32 image of size bytes holding files files of bytes bytes each, perDir to a

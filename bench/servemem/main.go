@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/csi-fat/csi-fat/bench/internal/gnutime"
 )
 
 func main() {
@@ -125,7 +127,7 @@ func run(bin string, files, perDir int, limit string) error {
 		{"csi-fat fsck -n", []string{bin, "fsck", "-n", fatImg}},
 		{"fsck.fat -n", []string{"fsck.fat", "-n", fatImg}},
 	} {
-		rss, wall, cpu, err := measure(c.argv)
+		rss, wall, cpu, err := gnutime.Measure(c.argv)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -260,29 +262,4 @@ func sh(name string, args ...string) error {
 		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return nil
-}
-
-// measure runs argv under GNU time, whose small process forks it (a child of this process would
-// report this one's resident memory as its own peak), and returns the peak resident memory in
-// KiB, the wall time and the CPU time.
-func measure(argv []string) (rss int64, wall, cpu time.Duration, err error) {
-	f, err := os.CreateTemp("", "servemem-time")
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer os.Remove(f.Name())
-	f.Close()
-	cmd := exec.Command("/usr/bin/time", append([]string{"-f", "%M %e %U %S", "-o", f.Name()}, argv...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, 0, 0, fmt.Errorf("%v\n%s", err, out)
-	}
-	b, err := os.ReadFile(f.Name())
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	var e, u, s float64
-	if _, err := fmt.Sscanf(string(b), "%d %f %f %f", &rss, &e, &u, &s); err != nil {
-		return 0, 0, 0, fmt.Errorf("GNU time's answer %q: %v", b, err)
-	}
-	return rss, time.Duration(e * float64(time.Second)), time.Duration((u + s) * float64(time.Second)), nil
 }
