@@ -464,7 +464,16 @@ func TestNodesUpgradeRolls(t *testing.T) {
 	for _, n := range e.nodes {
 		w := writers[n]
 		w.waitReported(t, w.last+20)
-		got := w.stop(t)
+	}
+	e.stopWritersAndJudge(t, ns, writers, vols)
+}
+
+// stopWritersAndJudge stops the writer on each node, and once its volume is unstaged judges the
+// image on that node: every record it reported there (mtype), the file system clean (fsck.fat).
+func (e *environment) stopWritersAndJudge(t *testing.T, ns string, writers map[string]*writer, vols map[string]pv) {
+	t.Helper()
+	for _, n := range e.nodes {
+		got := writers[n].stop(t)
 		t.Logf("writer on %s: %d records without an error", n, got)
 		e.deletePod(t, ns, "w-"+n)
 	}
@@ -570,24 +579,5 @@ func TestNodesDownAndBack(t *testing.T) {
 	e.checkOnNode(t, ns, "p-new", e.waitClaimBound(t, ns, "new"), "node-2")
 	e.deletePod(t, ns, "p-new")
 
-	for _, n := range e.nodes {
-		got := writers[n].stop(t)
-		t.Logf("writer on %s: %d records without an error", n, got)
-		e.deletePod(t, ns, "w-"+n)
-	}
-	for _, n := range e.nodes {
-		e.waitUnstagedOn(t, ns, n, vols[n].Spec.CSI.VolumeHandle)
-		img, err := e.imageFileOn(n, vols[n].Spec.CSI.VolumeHandle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		log, err := mtoolsRead(img, "log")
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkLog(t, n+"'s image (mtype)", log, writers[n].last)
-		if err := judge.Check(img); err != nil {
-			t.Errorf("node %s: %v", n, err)
-		}
-	}
+	e.stopWritersAndJudge(t, ns, writers, vols)
 }
