@@ -80,7 +80,7 @@ func (h *handle) write(data []byte, off int64, resent bool) (uint32, syscall.Err
 	// FSYNC after it comes later), so a crash loses nothing the handle was told was written.
 	durable := h.flags&syscall.O_DSYNC != 0
 	if !durable {
-		h.wrote()
+		defer h.writeStarts()()
 	}
 	var n int
 	err := h.srv.retryNoSpace(func() error {
@@ -109,11 +109,7 @@ func (h *handle) fsync() syscall.Errno {
 	if e != 0 {
 		return e
 	}
-	if err := f.Sync(); err != nil {
-		return h.srv.errno(err)
-	}
-	h.synced()
-	return 0
+	return h.srv.errno(h.srv.syncVolume(f.Sync))
 }
 
 // flush answers close(2) where the kernel sends FLUSH (not for handles opened here, which ask
@@ -147,7 +143,7 @@ func (h *handle) allocate(off uint64, size uint64, mode uint32) syscall.Errno {
 	if e != 0 {
 		return e
 	}
-	h.wrote()
+	defer h.writeStarts()()
 	return h.srv.errno(h.srv.retryNoSpace(func() error {
 		return f.Fallocate(int64(off), int64(size), mode&fallocKeepSize != 0)
 	}))

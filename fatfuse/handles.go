@@ -23,8 +23,13 @@ type handle struct {
 	list listing // a directory's entries (readdir.go)
 
 	// Guarded by srv.mu.
-	// dirty: written since its last fsync, so a crash may lose what it wrote.
+	// dirty: written since the last sync of the volume that covered its writes, so a crash may
+	// lose what it wrote.
 	dirty bool
+	// writes counts the writes started on the handle, writing those under way: a sync clears
+	// the mark only of handles whose writes had all ended before it began (syncVolume).
+	writes  uint64
+	writing int
 	// lostWrites: taken over after a crash that may have lost acknowledged writes of this
 	// handle; its next write, fsync or flush fails with EIO, once.
 	lostWrites bool
@@ -91,26 +96,52 @@ func (h *handle) close() error {
 	return f.Close()
 }
 
-// wrote marks the handle dirty in the state before a write is acknowledged.
-func (h *handle) wrote() {
+// writeStarts marks the handle dirty in the state before a write is acknowledged; the write
+// calls the function it returns once it has reached the engine.
+func (h *handle) writeStarts() (ended func()) {
 	s := h.srv
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	h.writes++
+	h.writing++
 	if !h.dirty {
 		h.dirty = true
 		s.saveHandleLocked(h)
 	}
+	return func() {
+		s.mu.Lock()
+		h.writing--
+		s.mu.Unlock()
+	}
 }
 
-// synced marks the handle clean once what it wrote is on the medium.
-func (h *handle) synced() {
-	s := h.srv
+// syncVolume runs sync, which writes the whole volume back (the engine's Sync, whichever file or
+// directory it is asked through), and then marks clean every handle whose writes had all reached
+// the engine before it began, so that a crash reports lost writes only for handles whose
+// writes the medium may lack, not for one synced through another descriptor (`sync FILE`
+// opens one) or by a directory's fsync.
+func (s *Server) syncVolume(sync func() error) error {
+	s.mu.Lock()
+	covered := map[*handle]uint64{}
+	for _, h := range s.handles {
+		if h.dirty && h.writing == 0 {
+			covered[h] = h.writes
+		}
+	}
+	s.mu.Unlock()
+	if err := sync(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h.dirty {
-		h.dirty = false
-		s.saveHandleLocked(h)
+	for h, writes := range covered {
+		// A handle released meanwhile is out of the table and the state: not recorded again.
+		if h.dirty && h.writes == writes && s.handles[h.fh] == h {
+			h.dirty = false
+			s.saveHandleLocked(h)
+		}
 	}
+	return nil
 }
 
 // takeLostWrites reports, once, that a crash may have lost writes this handle had acknowledged.

@@ -53,21 +53,32 @@ func TestTakeOverOpenFiles(t *testing.T) {
 			must(u.Sync())
 			must(os.Remove(p("u.txt")))
 
-			w, err := os.Create(p("w.txt"))
+			// Made durable through another descriptor: nothing of it can be lost.
+			o, err := os.Create(p("o.txt"))
 			must(err)
-			defer w.Close()
-			_, err = w.WriteString("never fsynced")
+			defer o.Close()
+			_, err = o.WriteString("synced elsewhere")
 			must(err)
+			other, err := os.Open(p("o.txt"))
+			must(err)
+			must(other.Sync())
+			other.Close()
 
 			d, err := os.Open(p("list"))
 			must(err)
 			defer d.Close()
 			first, err := d.Readdirnames(2)
 			must(err)
+			w, err := os.Create(p("w.txt"))
+			must(err)
+			defer w.Close()
 			sub, err := os.Open(p("sub"))
 			must(err)
-			must(sub.Sync()) // the rename is on the medium
+			must(sub.Sync()) // the rename and w.txt's entry are on the medium
 			sub.Close()
+			// Written after the last sync of the volume (a directory's fsync syncs it whole).
+			_, err = w.WriteString("never fsynced")
+			must(err)
 
 			if planned {
 				h.pause()
@@ -101,6 +112,13 @@ func TestTakeOverOpenFiles(t *testing.T) {
 				t.Errorf("write to a file removed while open: %v, want EIO", err)
 			}
 
+			if _, err := o.WriteString(", then more"); err != nil {
+				t.Errorf("write to a handle whose writes were synced through another descriptor: %v", err)
+			}
+			if b, err := os.ReadFile(p("o.txt")); err != nil || string(b) != "synced elsewhere, then more" {
+				t.Errorf("o.txt: %q, %v", b, err)
+			}
+
 			_, err = w.WriteString(", then more")
 			if !planned {
 				if !errors.Is(err, syscall.EIO) {
@@ -120,6 +138,7 @@ func TestTakeOverOpenFiles(t *testing.T) {
 
 			a.Close()
 			u.Close()
+			o.Close()
 			w.Close()
 			d.Close()
 			h.unmount()

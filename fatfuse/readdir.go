@@ -147,5 +147,5 @@ func (n *node) fsyncdir() syscall.Errno {
 		return syscall.EIO
 	}
 	s.settle() // so a removal just before is durable with its clusters freed
-	return s.errno(s.vol.Sync())
+	return s.errno(s.syncVolume(s.vol.Sync))
 }

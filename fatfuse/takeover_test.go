@@ -286,8 +286,8 @@ func (w *appLoad) check() {
 // TestTakeOver: a server process is killed twice with SIGKILL under an application's steady
 // load, and a new one takes the live connection over each time; then a planned hand-over. The
 // reader and the O_DSYNC appender see no error; every acknowledged record is there byte for byte
-// and every rename synced resolves; the writer that never fsyncs gets EIO once per crash and
-// never at the hand-over; the fsyncing writer gets EIO at most once per crash (only when the
+// and every rename synced resolves; the writer that never fsyncs gets EIO at most once per crash
+// (not when another's fsync had written its writes back) and never at the hand-over; the fsyncing writer gets EIO at most once per crash (only when the
 // kill fell between a write and its fsync), the creator at most twice (a create or rename the
 // crash lost: at the write to the file, at the directory's fsync); some requests were in flight
 // at the kills and came again; fsck.fat finds the volume clean.
@@ -328,8 +328,10 @@ func TestTakeOver(t *testing.T) {
 		return
 	}
 	w.check()
-	if got := w.bulkEIO.Load(); got != crashes || eioBefore != crashes {
-		t.Errorf("the writer that never fsyncs got EIO %d times (%d before the hand-over); want once per crash, %d", got, eioBefore, crashes)
+	// Another worker's fsync writes the whole volume back, and with it the bulk writer's writes
+	// that had reached the engine: a crash then loses nothing of it, and it is told nothing.
+	if got := w.bulkEIO.Load(); got > crashes || eioBefore != got {
+		t.Errorf("the writer that never fsyncs got EIO %d times (%d before the hand-over); want at most once per crash (%d), none at the hand-over", got, eioBefore, crashes)
 	}
 	if resent[0]+resent[1] == 0 {
 		t.Errorf("no request in flight at either kill: the kernel sent none again")
