@@ -564,6 +564,12 @@ func TestNodesDownAndBack(t *testing.T) {
 	if after.Metadata.UID != before.Metadata.UID || after.restarts("c") != 0 || after.Status.Phase != "Running" {
 		t.Errorf("node-2's writer: UID %s (was %s), %d restarts, %s", after.Metadata.UID, before.Metadata.UID, after.restarts("c"), after.Status.Phase)
 	}
+	// A kubelet just started knows its pods only once it has synced them: exec fails until then
+	// ("pod does not exist"), though the API says the pod runs.
+	e.waitFor(t, ns, "node-2's kubelet to know its writer again", time.Minute, func() (bool, error) {
+		_, err := e.exec(ns, "w-node-2", nil, "/bin/sh", "-c", "true")
+		return err == nil, err
+	})
 	// Its volume was served all along: the writer's log grows.
 	count := func() int {
 		return strings.Count(e.sh(t, ns, "w-node-2", "cat /data/log"), "\n")
