@@ -152,8 +152,12 @@ func hold(t *testing.T, img string) *holder {
 	t.Cleanup(func() {
 		// A test that failed with no server, or one that left requests a dead server had read,
 		// would leave the application's requests waiting for ever, and this process with them:
-		// the connection is aborted (after a clean unmount it is gone already).
-		os.WriteFile(conn+"/abort", []byte("1"), 0)
+		// the connection is aborted, but only while it is still mounted here. After an unmount
+		// its number is free, and may name another test's mount by now (tests of other
+		// packages run beside these).
+		if c, ok := mountedConnection(h.dir); ok && c == conn {
+			os.WriteFile(conn+"/abort", []byte("1"), 0)
+		}
 		unix.Unmount(h.dir, unix.MNT_DETACH)
 		if h.srv != nil {
 			h.srv.Process.Kill()
@@ -170,20 +174,28 @@ func hold(t *testing.T, img string) *holder {
 // number is the mount's device minor, read from the mount table (a stat would wait for a server).
 func connectionOf(t *testing.T, dir string) string {
 	t.Helper()
+	c, ok := mountedConnection(dir)
+	if !ok {
+		t.Fatalf("%s is not in the mount table", dir)
+	}
+	return c
+}
+
+// mountedConnection is connectionOf without a test: false when dir is not mounted.
+func mountedConnection(dir string) (string, bool) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Fatal(err)
+		return "", false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) > 4 && f[4] == dir {
 			if _, minor, ok := strings.Cut(f[2], ":"); ok {
-				return "/sys/fs/fuse/connections/" + minor
+				return "/sys/fs/fuse/connections/" + minor, true
 			}
 		}
 	}
-	t.Fatalf("%s is not in the mount table", dir)
-	return ""
+	return "", false
 }
 
 // start runs a server process in role and waits until it serves; it returns how long the
